@@ -1,0 +1,22 @@
+"""Flower ClientApps and client behaviours (installed as ``fedleak.clients``).
+
+``fedleak.clients:app`` is the honest ClientApp; point a Flower app's
+``clientapp`` component at it, or build one with :func:`make_honest_client_app`.
+"""
+
+from .honest import (
+    HonestClient,
+    add_identify_handler,
+    make_honest_client_app,
+    partition_id_of,
+)
+
+app = make_honest_client_app()
+
+__all__ = [
+    "HonestClient",
+    "add_identify_handler",
+    "app",
+    "make_honest_client_app",
+    "partition_id_of",
+]

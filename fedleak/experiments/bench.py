@@ -1,0 +1,186 @@
+"""``fedleak bench strategies``: fedleak's servers vs Flower's FedAvg, same run.
+
+One Flower simulation (one Ray instance, the same actors and clients) runs
+``blocks`` blocks; each block runs every strategy for ``rounds`` rounds, in an
+order rotated from block to block so that drift of the machine spreads evenly.
+The time of a round is measured between consecutive calls of the
+``evaluate_fn`` hook of ``Strategy.start`` (no evaluation is done in it). The
+first round of every ``start`` call is dropped (it includes Ray's start-up in
+the first block and fedleak's one-off partition-id query), the same for every
+strategy. The report gives each strategy's median round time and its ratio to
+FedAvg's median.
+
+Compared:
+
+``sync-sgd``
+    :class:`fedleak.strategies.SyncSGD`: one mini-batch gradient per client.
+``model-averaging``
+    :class:`fedleak.strategies.ModelAveraging`: one local epoch per client.
+``fedavg``
+    Flower's ``flwr.serverapp.strategy.FedAvg`` with the same clients doing
+    the same local epoch (the peer).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg, Strategy
+
+import fedleak
+from fedleak.clients import make_honest_client_app
+from fedleak.strategies import ModelAveraging, SyncSGD
+
+from .config import ExperimentConfig, validate
+from .results import write_json_atomic
+from .runner import preflight, quiet_flower
+from .server import initial_arrays
+
+__all__ = ["run_strategy_bench"]
+
+
+class _RoundTimer:
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._last_exit: float | None = None
+
+    def reset(self) -> None:
+        self._last_exit = None
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        entered = time.perf_counter()
+        if server_round > 1 and self._last_exit is not None:
+            self.seconds.append(entered - self._last_exit)
+        self._last_exit = time.perf_counter()
+        return None
+
+
+def _strategies(config: ExperimentConfig) -> dict[str, Strategy]:
+    k = config.federation.num_clients
+    lr = config.strategy.learning_rate
+    return {
+        "sync-sgd": SyncSGD(lr, min_available_nodes=k, seed=config.seed),
+        "model-averaging": ModelAveraging(
+            local_epochs=1, learning_rate=lr, min_available_nodes=k, seed=config.seed
+        ),
+        "fedavg": FedAvg(
+            fraction_train=1.0,
+            fraction_evaluate=0.0,
+            min_train_nodes=k,
+            min_available_nodes=k,
+        ),
+    }
+
+
+def run_strategy_bench(
+    out: str | Path,
+    *,
+    clients: int = 10,
+    rounds: int = 10,
+    blocks: int = 3,
+    dataset: str = "digits",
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Run the benchmark and write its JSON report to ``out`` (atomically).
+
+    Returns
+    -------
+    dict
+        The report: per-strategy round times and medians, ratios to FedAvg,
+        settings, versions and machine.
+    """
+    from flwr.simulation import run_simulation
+
+    config = validate(
+        {
+            "name": "bench-strategies",
+            "seed": seed,
+            "rounds": rounds,
+            "data": {"dataset": dataset},
+            "strategy": {"name": "sync-sgd", "learning_rate": 0.05},
+            "federation": {"num_clients": clients},
+        },
+        "bench settings",
+        "bench-strategies",
+    )
+    if rounds < 2 or blocks < 1:
+        raise fedleak.ConfigError("bench needs rounds >= 2 and blocks >= 1")
+    preflight(config)
+    strategies = _strategies(config)
+    timers = {name: _RoundTimer() for name in strategies}
+    names = list(strategies)
+    train_config = config.task().to_config()
+    started = time.perf_counter()
+
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        arrays = initial_arrays(config)
+        for block in range(blocks):
+            order = names[block % len(names) :] + names[: block % len(names)]
+            for name in order:
+                timers[name].reset()
+                strategies[name].start(
+                    grid=grid,
+                    initial_arrays=arrays,
+                    num_rounds=rounds,
+                    timeout=config.federation.round_timeout,
+                    train_config=ConfigRecord(train_config),
+                    evaluate_fn=timers[name],
+                )
+
+    with quiet_flower(verbose):
+        run_simulation(
+            server_app=server_app,
+            client_app=make_honest_client_app(),
+            num_supernodes=clients,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                "init_args": {"include_dashboard": False, "log_to_driver": verbose},
+            },
+            verbose_logging=verbose,
+        )
+    results: dict[str, dict[str, Any]] = {
+        name: {"median_round_s": statistics.median(t.seconds), "round_s": t.seconds}
+        for name, t in timers.items()
+        if t.seconds
+    }
+    if "fedavg" not in results:
+        raise fedleak.FedleakError("the benchmark recorded no FedAvg round")
+    base = results["fedavg"]["median_round_s"]
+    report: dict[str, Any] = {
+        "benchmark": "strategies",
+        "description": __doc__,
+        "settings": {
+            "clients": clients,
+            "rounds_per_block": rounds,
+            "blocks": blocks,
+            "dataset": dataset,
+            "model": config.model.name,
+            "batch_size": config.client.batch_size,
+            "dropped": "round 1 of every start() call",
+        },
+        "strategies": results,
+        "ratios_vs_fedavg": {
+            name: stats["median_round_s"] / base for name, stats in results.items()
+        },
+        "wall_s": time.perf_counter() - started,
+        "versions": {"fedleak": fedleak.__version__, "flwr": version("flwr")},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+    }
+    write_json_atomic(out, report)
+    return report

@@ -1,0 +1,283 @@
+"""Experiment files: TOML validated with pydantic before any work starts.
+
+An experiment file describes one Flower simulation::
+
+    name = "quickstart"        # optional, defaults to the file's stem
+    seed = 0
+    rounds = 60
+
+    [data]
+    dataset = "digits"         # digits | fashion-mnist | mnist
+    partition = "iid"          # iid | dirichlet | property
+
+    [model]
+    name = "cnn"               # cnn | mlp
+
+    [strategy]
+    name = "sync-sgd"          # sync-sgd | model-averaging | fedavg (Flower's)
+    learning_rate = 0.05
+
+    [federation]
+    num_clients = 4
+
+Every section and key is documented on the models below. Unknown keys and bad
+values raise :class:`fedleak.errors.ConfigError` naming the key, e.g.
+``strategy.learning_rate: must be > 0 (got -0.1)``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedleak.errors import ConfigError
+from fedleak.task import TaskSpec
+
+__all__ = [
+    "ClientConfig",
+    "DataConfig",
+    "EvaluationConfig",
+    "ExperimentConfig",
+    "FederationConfig",
+    "ModelConfig",
+    "PrivacyConfig",
+    "StrategyConfig",
+    "apply_overrides",
+    "load_config",
+    "parse_override",
+    "validate",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class DataConfig(_Section):
+    """``[data]``: the dataset and how it is split among clients."""
+
+    dataset: Literal["digits", "fashion-mnist", "mnist"] = "digits"
+    root: str = Field("", description="folder of the IDX files; '' = default search")
+    partition: Literal["iid", "dirichlet", "property"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
+    property_kind: Literal["watermark", "inverted", "blurred"] = "watermark"
+    property_pool_fraction: float = Field(0.5, ge=0, le=1)
+    property_target: int = Field(0, ge=0)
+    property_target_fraction: float = Field(0.5, ge=0, le=1)
+    property_others_fraction: float = Field(0.0, ge=0, le=1)
+
+
+class ModelConfig(_Section):
+    """``[model]``: the network trained by the federation."""
+
+    name: Literal["cnn", "mlp"] = "cnn"
+
+
+class StrategyConfig(_Section):
+    """``[strategy]``: the server algorithm.
+
+    ``learning_rate`` is Alg. 1's server step for ``sync-sgd`` and the clients'
+    local SGD step for ``model-averaging`` and ``fedavg``.
+    """
+
+    name: Literal["sync-sgd", "model-averaging", "fedavg"] = "sync-sgd"
+    learning_rate: float = Field(0.05, gt=0)
+    reduction: Literal["sum", "mean"] = "sum"
+    fraction_train: float = Field(1.0, gt=0, le=1)
+    local_epochs: int = Field(1, ge=1)
+    fraction_evaluate: float = Field(0.0, ge=0, le=1)
+
+
+class ClientConfig(_Section):
+    """``[client]``: the clients' local settings."""
+
+    batch_size: int = Field(32, ge=1)
+
+
+class FederationConfig(_Section):
+    """``[federation]``: the simulated federation on Ray."""
+
+    num_clients: int = Field(4, ge=1)
+    cpus_per_client: float = Field(1.0, gt=0)
+    ray_address: str = Field("", description="existing Ray cluster; '' = local")
+    round_timeout: float = Field(600.0, gt=0, description="seconds to wait for replies")
+
+
+class EvaluationConfig(_Section):
+    """``[evaluation]``: server-side evaluation on the held-out test set."""
+
+    server: bool = True
+    max_test_examples: int = Field(0, ge=0, description="0 = the whole test set")
+
+
+class PrivacyConfig(_Section):
+    """``[privacy]``: an optional Flower central-DP wrapper around the strategy."""
+
+    wrapper: Literal["none", "server-fixed-clipping", "server-adaptive-clipping"] = (
+        "none"
+    )
+    noise_multiplier: float = Field(1.0, ge=0)
+    clipping_norm: float = Field(1.0, gt=0)
+
+
+class ExperimentConfig(_Section):
+    """A whole experiment file."""
+
+    name: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
+    seed: int = Field(0, ge=0)
+    rounds: int = Field(10, ge=1)
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    strategy: StrategyConfig = StrategyConfig()
+    client: ClientConfig = ClientConfig()
+    federation: FederationConfig = FederationConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExperimentConfig:
+        if self.privacy.wrapper != "none" and self.strategy.name == "sync-sgd":
+            raise ValueError(
+                "privacy.wrapper: Flower's central-DP wrappers clip model updates; "
+                "use strategy.name 'model-averaging' or 'fedavg' (sync-sgd replies "
+                "are gradients)"
+            )
+        if self.data.partition == "property" and (
+            self.data.property_target >= self.federation.num_clients
+        ):
+            raise ValueError(
+                f"data.property_target: {self.data.property_target} is not a client "
+                f"id (federation.num_clients = {self.federation.num_clients})"
+            )
+        return self
+
+    def task(self) -> TaskSpec:
+        """Return the :class:`TaskSpec` the clients receive."""
+        d = self.data
+        return TaskSpec(
+            dataset=d.dataset,
+            data_root=d.root,
+            num_partitions=self.federation.num_clients,
+            partition=d.partition,
+            dirichlet_alpha=d.alpha,
+            property_kind=d.property_kind,
+            property_pool_fraction=d.property_pool_fraction,
+            property_target=d.property_target,
+            property_target_fraction=d.property_target_fraction,
+            property_others_fraction=d.property_others_fraction,
+            model=self.model.name,
+            seed=self.seed,
+            batch_size=self.client.batch_size,
+            learning_rate=self.strategy.learning_rate,
+            local_epochs=self.strategy.local_epochs,
+        )
+
+
+def _describe(err: ValidationError, source: str) -> str:
+    parts = []
+    for item in err.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+            parts.append(f"{message}")
+            continue
+        got = item.get("input")
+        suffix = (
+            ""
+            if item["type"] in ("missing",) or isinstance(got, dict)
+            else f" (got {got!r})"
+        )
+        parts.append(f"{key}: {message}{suffix}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one ``--set key=value``: the value is read as TOML, else as a string.
+
+    Raises
+    ------
+    ConfigError
+        If ``text`` has no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key, value
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with dotted ``key=value`` overrides applied."""
+    result: dict[str, Any] = {
+        k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()
+    }
+    for text in overrides:
+        key, value = parse_override(text)
+        *path, leaf = key.split(".")
+        node = result
+        for part in path:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {part!r} is not a section")
+            node = child
+        node[leaf] = value
+    return result
+
+
+def validate(
+    raw: Mapping[str, Any], source: str, default_name: str
+) -> ExperimentConfig:
+    """Validate a parsed experiment mapping.
+
+    Raises
+    ------
+    ConfigError
+        Naming every wrong key or value.
+    """
+    try:
+        config = ExperimentConfig.model_validate(dict(raw))
+    except ValidationError as err:
+        raise ConfigError(_describe(err, source)) from None
+    if not config.name:
+        config = config.model_copy(update={"name": default_name})
+    return config
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Read, override and validate an experiment file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The TOML file.
+    overrides : iterable of str
+        ``key=value`` strings with dotted keys (``strategy.learning_rate=0.1``).
+
+    Raises
+    ------
+    ConfigError
+        If the file is missing, is not TOML, or holds a wrong key or value.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such experiment file") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    return validate(apply_overrides(raw, overrides), str(path), path.stem)

@@ -1,0 +1,73 @@
+r"""The ServerApp behind ``flwr run .`` (Flower's own tooling).
+
+The repository's ``pyproject.toml`` names this app and the honest ClientApp
+in ``[tool.flwr.app.components]``; its ``[tool.flwr.app.config]`` holds
+
+``config``
+    The experiment file. A relative path is looked up in the current
+    directory, then among the experiment files bundled with fedleak (by name).
+``overrides``
+    Space-separated ``key=value`` overrides, as ``fedleak run --set``.
+``out``
+    The run directory ("" = ``runs/<name>/<timestamp>`` under the current
+    directory of the ServerApp process).
+
+Example::
+
+    export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+    flwr run . local --stream \\
+        --run-config "overrides='rounds=20'" \\
+        --federation-config "num-supernodes=4"
+
+``num-supernodes`` must equal the experiment's ``federation.num_clients``:
+the server waits for that many nodes before round 1.
+"""
+
+from __future__ import annotations
+
+import shlex
+from importlib import resources
+from pathlib import Path
+
+from flwr.app import Context
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from fedleak.errors import ConfigError
+
+from .config import load_config
+from .runner import preflight
+from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
+
+__all__ = ["app", "resolve_config_path"]
+
+
+def resolve_config_path(name: str) -> Path:
+    """Find an experiment file: as given, else bundled with fedleak by file name."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    bundled = resources.files("fedleak.sim_configs") / path.name
+    if bundled.is_file():
+        return Path(str(bundled))
+    raise ConfigError(f"experiment file {name!r} not found (nor bundled with fedleak)")
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the experiment named by the run config on ``grid``."""
+    run_config = context.run_config
+    name = str(run_config.get("config", "quickstart.toml"))
+    overrides = shlex.split(str(run_config.get("overrides", "")))
+    config = load_config(resolve_config_path(name), overrides)
+    preflight(config)
+    out = str(run_config.get("out", "")) or None
+    run_dir = make_run_dir(config, out)
+    write_config(run_dir / "config.toml", config)
+    recorder = RunRecorder(config, run_dir)
+    result = run_federation(grid, config, recorder)
+    results = finish_run(run_dir, config, result, recorder)
+    log(20, "fedleak: final %s; results in %s", results["final"], run_dir.resolve())

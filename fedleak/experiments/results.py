@@ -1,0 +1,195 @@
+"""The run directory: atomic writes, ``results.json`` and the per-round plot.
+
+A run writes into ``runs/<name>/<timestamp>/`` (or the ``--out`` folder):
+
+``config.toml``
+    The resolved experiment (defaults filled in, overrides applied).
+``rounds.jsonl``
+    One JSON object per finished round, appended as the run goes, so an
+    interrupted run keeps what it computed.
+``results.json``
+    Written once at the end (schema below).
+``model.npz``
+    The final global model (``numpy.load`` gives the state-dict arrays).
+``curves.png``
+    Test accuracy and losses per round.
+
+Every file is written to a temporary name in the same folder and renamed into
+place, so a reader never sees a half-written file.
+
+``results.json`` schema, version 1::
+
+    {
+      "schema_version": 1,
+      "name": str, "seed": int, "created": ISO-8601 str,
+      "versions": {"fedleak": str, "flwr": str, "torch": str, "numpy": str},
+      "config": {...the resolved experiment...},
+      "final": {"round": int, "test-accuracy": float, "test-loss": float},
+      "rounds": [{"round": int,
+                  "server": {"test-accuracy": float, "test-loss": float},
+                  "train": {...aggregated client metrics, num-replies, ...},
+                  "evaluate": {...federated evaluation metrics...}}],
+      "timing": {"total_s": float, "first_round_s": float,
+                 "median_round_s": float, "round_s": [float, ...]}
+    }
+
+Everything except ``created`` and ``timing`` is a deterministic function of
+the experiment file (same seed, same numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "append_jsonl",
+    "check_results",
+    "plot_curves",
+    "write_atomic",
+    "write_json_atomic",
+]
+
+SCHEMA_VERSION = 1
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it.
+
+    The temporary file is removed if ``write`` fails, and ``path`` is left as
+    it was.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+    )
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n"
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    write_atomic(path, write)
+
+
+def append_jsonl(path: str | Path, obj: Mapping[str, Any]) -> None:
+    """Append one JSON line to ``path`` and flush it to disk."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(obj) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def plot_curves(
+    rounds: Sequence[Mapping[str, Any]], path: str | Path, title: str
+) -> bool:
+    """Plot test accuracy and losses per round into a PNG, atomically.
+
+    Returns
+    -------
+    bool
+        False when there was nothing to plot (no per-round metric).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(section: str, key: str) -> tuple[list[int], list[float]]:
+        xs, ys = [], []
+        for row in rounds:
+            value = row.get(section, {}).get(key)
+            if isinstance(value, int | float):
+                xs.append(int(row["round"]))
+                ys.append(float(value))
+        return xs, ys
+
+    acc = series("server", "test-accuracy")
+    losses = {
+        "test loss": series("server", "test-loss"),
+        "train loss (clients)": series("train", "train-loss"),
+    }
+    if not acc[0] and not any(xs for xs, _ in losses.values()):
+        return False
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.8))
+    if acc[0]:
+        ax_acc.plot(*acc, marker=".", color="tab:blue")
+    ax_acc.set(xlabel="round", ylabel="test accuracy", title="accuracy", ylim=(0, 1.02))
+    ax_acc.grid(alpha=0.3)
+    for label, (xs, ys) in losses.items():
+        if xs:
+            ax_loss.plot(xs, ys, marker=".", label=label)
+    ax_loss.set(xlabel="round", ylabel="cross-entropy", title="loss")
+    ax_loss.grid(alpha=0.3)
+    if ax_loss.lines:
+        ax_loss.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return True
+
+
+def check_results(obj: Any) -> list[str]:
+    """Return the ways ``obj`` departs from the ``results.json`` schema (empty if none).
+
+    Checks the keys and types of schema version 1 and that ``rounds`` holds
+    rounds 1..R in order.
+    """
+    problems: list[str] = []
+    if not isinstance(obj, dict):
+        return ["results must be a JSON object"]
+    expected: dict[str, type | tuple[type, ...]] = {
+        "schema_version": int,
+        "name": str,
+        "seed": int,
+        "created": str,
+        "versions": dict,
+        "config": dict,
+        "final": dict,
+        "rounds": list,
+        "timing": dict,
+    }
+    for key, kind in expected.items():
+        if key not in obj:
+            problems.append(f"missing key {key!r}")
+        elif not isinstance(obj[key], kind):
+            problems.append(f"{key!r} must be {kind}")
+    if problems:
+        return problems
+    if obj["schema_version"] != SCHEMA_VERSION:
+        problems.append(f"schema_version {obj['schema_version']} != {SCHEMA_VERSION}")
+    for key in ("fedleak", "flwr", "torch", "numpy"):
+        if not isinstance(obj["versions"].get(key), str):
+            problems.append(f"versions.{key} missing")
+    rounds = obj["rounds"]
+    if [row.get("round") for row in rounds] != list(range(1, len(rounds) + 1)):
+        problems.append("rounds must hold rounds 1..R in order")
+    for row in rounds:
+        for section in ("server", "train", "evaluate"):
+            if not isinstance(row.get(section), dict):
+                problems.append(
+                    f"round {row.get('round')}: {section!r} must be an object"
+                )
+    if obj["final"].get("round") != len(rounds):
+        problems.append("final.round must equal the number of rounds")
+    for key in ("total_s", "round_s"):
+        if key not in obj["timing"]:
+            problems.append(f"timing.{key} missing")
+    return problems

@@ -1,0 +1,176 @@
+"""``fedleak run``: an experiment file becomes a Flower simulation on Ray.
+
+The order of work guarantees that a bad experiment never leaves a partial run
+directory: the configuration is validated, the dataset loaded, the clients'
+partitions computed and the model built (:func:`preflight`) **before** the run
+directory is created. Then the ServerApp
+(:func:`fedleak.experiments.server.run_federation`)
+and the honest ClientApp run in Flower's simulation engine, on an embedded
+local Ray instance by default or on an existing Ray cluster
+(``ray_address``; every Ray node must have fedleak installed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Result
+
+from fedleak.clients import make_honest_client_app
+from fedleak.errors import FedleakError
+from fedleak.task import training_pool
+
+from .config import ExperimentConfig
+from .server import (
+    RoundCallback,
+    RunRecorder,
+    finish_run,
+    make_run_dir,
+    run_federation,
+    write_config,
+)
+
+__all__ = ["RunOutcome", "preflight", "quiet_flower", "run_experiment", "simulate"]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where a run wrote its files, and what ``results.json`` holds."""
+
+    run_dir: Path
+    results: dict[str, Any]
+
+
+def preflight(config: ExperimentConfig) -> None:
+    """Do every check that can fail before a run directory exists.
+
+    Raises
+    ------
+    fedleak.errors.DataError
+        If the dataset is missing or cannot be split as configured.
+    fedleak.errors.ConfigError
+        If the model cannot be built for the data.
+    """
+    task = config.task()
+    training_pool(task)
+    task.new_model()
+
+
+class _DropDeprecation(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "DEPRECATED FEATURE" not in record.getMessage()
+
+
+@contextmanager
+def quiet_flower(verbose: bool) -> Iterator[None]:
+    """Silence Flower's INFO chatter and Ray's start-up noise unless ``verbose``."""
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    logger = logging.getLogger("flwr")
+    old_level = logger.level
+    drop = _DropDeprecation()
+    if not verbose:
+        logger.setLevel(logging.WARNING)
+        logger.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            if not verbose:
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(old_level)
+        logger.removeFilter(drop)
+
+
+def simulate(
+    config: ExperimentConfig,
+    recorder: RunRecorder,
+    *,
+    ray_address: str | None = None,
+    verbose: bool = False,
+) -> Result:
+    """Run the experiment as a Flower simulation and return Flower's ``Result``."""
+    from flwr.simulation import run_simulation
+
+    outcome: dict[str, Result] = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        outcome["result"] = run_federation(grid, config, recorder)
+
+    init_args: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.INFO if verbose else logging.ERROR,
+        "log_to_driver": verbose,
+    }
+    address = ray_address or config.federation.ray_address
+    if address:
+        init_args["address"] = address
+    backend_config: dict[str, Any] = {
+        "client_resources": {
+            "num_cpus": config.federation.cpus_per_client,
+            "num_gpus": 0.0,
+        },
+        "init_args": init_args,
+    }
+    with quiet_flower(verbose):
+        run_simulation(
+            server_app=server_app,
+            client_app=make_honest_client_app(),
+            num_supernodes=config.federation.num_clients,
+            backend_config=backend_config,
+            verbose_logging=verbose,
+        )
+    if "result" not in outcome:
+        raise FedleakError("the simulation ended without a result (see the log above)")
+    return outcome["result"]
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    *,
+    out: str | Path | None = None,
+    base: str | Path = "runs",
+    ray_address: str | None = None,
+    verbose: bool = False,
+    on_round: RoundCallback | None = None,
+) -> RunOutcome:
+    """Validate, simulate and record one experiment.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+        The validated experiment.
+    out : path, optional
+        The run directory; default ``<base>/<name>/<timestamp>``.
+    base : path, default="runs"
+        Parent of timestamped run directories.
+    ray_address : str, optional
+        Address of an existing Ray cluster (overrides ``federation.ray_address``).
+    verbose : bool, default=False
+        Show Flower's and Ray's logs.
+    on_round : callable, optional
+        ``on_round(round, row)`` after every round (progress display).
+
+    Returns
+    -------
+    RunOutcome
+        The run directory and the content of its ``results.json``.
+    """
+    preflight(config)
+    run_dir = make_run_dir(config, out, base)
+    write_config(run_dir / "config.toml", config)
+    recorder = RunRecorder(config, run_dir, on_round)
+    result = simulate(config, recorder, ray_address=ray_address, verbose=verbose)
+    return RunOutcome(run_dir, finish_run(run_dir, config, result, recorder))

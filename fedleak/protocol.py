@@ -1,0 +1,63 @@
+"""Names shared by fedleak's server strategies and ClientApps.
+
+The strategies (``fedleak.strategies``) and the ClientApps (``fedleak.clients``)
+talk through Flower messages; this module holds the message types and record
+keys they agree on, and nothing else (it imports no Flower code), so the two
+sides cannot drift apart. Keys are kebab-case, as in Flower (``num-examples``).
+
+Messages
+--------
+``query.fedleak_identify`` (server -> every node, once per new node set)
+    Asks a node for its partition id. The reply holds a MetricRecord
+    :data:`IDENTITY_RECORD` with :data:`PARTITION_ID` (and
+    :data:`NUM_PARTITIONS`). Nodes that cannot answer are ordered by node id.
+``train`` (server -> sampled nodes)
+    Content: the global model under :data:`ARRAYS_KEY` and a ConfigRecord under
+    :data:`CONFIG_KEY` holding :data:`SERVER_ROUND`, :data:`TRAIN_MODE` and
+    whatever the caller passed as ``train_config``. With mode
+    :data:`MODE_GRADIENT` (seed 000 Alg. 1) the reply's one ArrayRecord holds
+    the gradient of the loss on one mini-batch, keyed like the model's
+    parameters; with :data:`MODE_MODEL` (Alg. 2) it holds the locally trained
+    model. The reply's one MetricRecord holds :data:`NUM_EXAMPLES`.
+``evaluate`` (server -> sampled nodes)
+    Content as for ``train``; the reply's MetricRecord holds
+    :data:`NUM_EXAMPLES` and the metrics to average.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ARRAYS_KEY",
+    "CONFIG_KEY",
+    "IDENTIFY_MESSAGE_TYPE",
+    "IDENTITY_RECORD",
+    "LEARNING_RATE",
+    "LOCAL_EPOCHS",
+    "METRICS_KEY",
+    "MODE_GRADIENT",
+    "MODE_MODEL",
+    "NUM_EXAMPLES",
+    "NUM_PARTITIONS",
+    "PARTITION_ID",
+    "SERVER_ROUND",
+    "TRAIN_MODE",
+]
+
+IDENTIFY_MESSAGE_TYPE: Final = "query.fedleak_identify"
+IDENTITY_RECORD: Final = "fedleak-identity"
+PARTITION_ID: Final = "partition-id"
+NUM_PARTITIONS: Final = "num-partitions"
+
+ARRAYS_KEY: Final = "arrays"
+CONFIG_KEY: Final = "config"
+METRICS_KEY: Final = "metrics"
+
+SERVER_ROUND: Final = "server-round"
+TRAIN_MODE: Final = "fedleak-mode"
+MODE_GRADIENT: Final = "gradient"
+MODE_MODEL: Final = "model"
+LEARNING_RATE: Final = "lr"
+LOCAL_EPOCHS: Final = "local-epochs"
+NUM_EXAMPLES: Final = "num-examples"

@@ -1,0 +1,1 @@
+"""Experiment files bundled with fedleak (``fedleak quickstart`` reads them)."""

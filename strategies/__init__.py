@@ -1,0 +1,19 @@
+"""Flower Message-API server strategies (installed as ``fedleak.strategies``).
+
+Both strategies subclass :class:`flwr.serverapp.strategy.Strategy`, so they drop
+into any ServerApp (``strategy.start(grid=..., ...)``) and compose with Flower's
+own wrappers such as ``DifferentialPrivacyServerSideFixedClipping``.
+"""
+
+from .base import PartitionAwareStrategy, RoundReplies, arrays_to_numpy, numpy_to_arrays
+from .model_averaging import ModelAveraging
+from .sync_sgd import SyncSGD
+
+__all__ = [
+    "ModelAveraging",
+    "PartitionAwareStrategy",
+    "RoundReplies",
+    "SyncSGD",
+    "arrays_to_numpy",
+    "numpy_to_arrays",
+]

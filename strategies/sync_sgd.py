@@ -1,0 +1,127 @@
+"""Parameter server with synchronized SGD (seed 000, Alg. 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import INFO
+from typing import Literal
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common import log
+from flwr.serverapp import Grid
+
+from fedleak import protocol
+from fedleak.errors import ConfigError
+
+from .base import PartitionAwareStrategy, numpy_to_arrays
+
+__all__ = ["SyncSGD"]
+
+
+class SyncSGD(PartitionAwareStrategy):
+    """Synchronized-SGD parameter server, seed 000 Alg. 1 (Shokri-Shmatikov style).
+
+    Every round each selected client computes the gradient of its loss on
+    **one** mini-batch at the current global model ``theta_{t-1}`` and returns
+    it (message mode :data:`fedleak.protocol.MODE_GRADIENT`); the server applies
+    line 6 of Alg. 1::
+
+        theta_t = theta_{t-1} - lr * sum_k g_k          (reduction="sum")
+        theta_t = theta_{t-1} - lr * mean_k g_k         (reduction="mean")
+
+    The update is computed in float64 and cast back to each array's dtype.
+    A reply may carry gradients for a subset of the model's arrays (the others
+    count as zero); a reply with an unknown array name, a wrong shape or a
+    non-finite value is rejected and counted in ``num-rejected``.
+
+    Parameters
+    ----------
+    learning_rate : float
+        The server's step size ``eta`` (> 0).
+    reduction : {"sum", "mean"}, default="sum"
+        How the clients' gradients are combined. ``"sum"`` is the paper's.
+    fraction_train : float, default=1.0
+        Fraction of clients asked for a gradient each round (Alg. 1 uses all).
+    **kwargs
+        Sampling and waiting options of :class:`PartitionAwareStrategy`.
+
+    Examples
+    --------
+    In a ServerApp::
+
+        strategy = SyncSGD(learning_rate=0.05, min_available_nodes=10, seed=1)
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(model.state_dict()),
+            num_rounds=100,
+            train_config=ConfigRecord(TaskSpec(...).to_config()),
+        )
+    """
+
+    def __init__(
+        self,
+        learning_rate: float,
+        *,
+        reduction: Literal["sum", "mean"] = "sum",
+        fraction_train: float = 1.0,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(fraction_train=fraction_train, **kwargs)  # type: ignore[arg-type]
+        if not (isinstance(learning_rate, int | float) and learning_rate > 0):
+            raise ConfigError(f"learning_rate must be > 0, got {learning_rate!r}")
+        if reduction not in ("sum", "mean"):
+            raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+        self.learning_rate = float(learning_rate)
+        self.reduction = reduction
+
+    def __repr__(self) -> str:
+        return (
+            f"SyncSGD(learning_rate={self.learning_rate}, reduction={self.reduction!r})"
+        )
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Ask the sampled clients for one mini-batch gradient at ``arrays``."""
+        extra = {protocol.TRAIN_MODE: protocol.MODE_GRADIENT}
+        return self.configure_train_round(server_round, arrays, config, grid, extra)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Apply ``theta_t = theta_{t-1} - lr * sum_k g_k`` (Alg. 1, line 6)."""
+        model = self.global_model(server_round)
+        gradients, metrics = self.accept_replies(server_round, replies, complete=False)
+        if not gradients:
+            log(INFO, "aggregate_train: no usable gradient in round %d", server_round)
+            return None, metrics
+        total: dict[str, np.ndarray] = {}
+        for gradient, _ in gradients:
+            for name, value in gradient.items():
+                if name in total:
+                    total[name] += value
+                else:
+                    total[name] = value.astype(np.float64)
+        scale = self.learning_rate
+        if self.reduction == "mean":
+            scale /= len(gradients)
+        updated = {
+            name: (
+                (value.astype(np.float64) - scale * total[name]).astype(value.dtype)
+                if name in total
+                else value
+            )
+            for name, value in model.items()
+        }
+        return numpy_to_arrays(updated), metrics
+
+    def summary(self) -> None:
+        """Log the strategy's settings."""
+        log(
+            INFO,
+            "\t├──> SyncSGD: lr %g, reduction %s",
+            self.learning_rate,
+            self.reduction,
+        )
+        super().summary()

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedleak.errors import ConfigError
+from fedleak.experiments import apply_overrides, load_config, parse_override
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "sim_configs").glob("*.toml")), ids=lambda p: p.name
+)
+def test_every_bundled_config_validates(path):
+    config = load_config(path)
+    assert config.name
+    assert config.rounds >= 1
+
+
+def test_defaults_and_name_from_file_stem(tmp_path):
+    config = load_config(write(tmp_path, "rounds = 3\n", "my-exp.toml"))
+    assert config.name == "my-exp"
+    assert config.strategy.name == "sync-sgd"
+    assert config.task().num_partitions == config.federation.num_clients
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[strategy]\nlearning_rate = -0.1\n",
+            "strategy.learning_rate: Input should be greater than 0 (got -0.1)",
+        ),
+        ("[data]\ndataset = 'cifar'\n", "data.dataset"),
+        ("[strategy]\nlr = 0.1\n", "strategy.lr: unknown key"),
+        ("colour = 'red'\n", "colour: unknown key"),
+        ("rounds = 'many'\n", "rounds"),
+        ("[federation]\nnum_clients = 0\n", "federation.num_clients"),
+        ("[privacy]\nwrapper = 'server-fixed-clipping'\n", "privacy.wrapper"),
+        (
+            "[data]\npartition = 'property'\nproperty_target = 9\n",
+            "data.property_target",
+        ),
+        ("rounds = [\n", "not valid TOML"),
+    ],
+)
+def test_bad_configs_name_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such experiment file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_overrides_are_parsed_as_toml_values(tmp_path):
+    config = load_config(
+        write(tmp_path, "rounds = 3\n"),
+        [
+            "rounds=7",
+            "strategy.learning_rate=0.5",
+            "data.dataset=fashion-mnist",
+            "evaluation.server=false",
+        ],
+    )
+    assert config.rounds == 7
+    assert config.strategy.learning_rate == 0.5
+    assert config.data.dataset == "fashion-mnist"
+    assert config.evaluation.server is False
+    assert parse_override("name=abc") == ("name", "abc")
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("rounds")
+    with pytest.raises(ConfigError, match="not a section"):
+        apply_overrides({"rounds": 3}, ["rounds.x=1"])
+    with pytest.raises(ConfigError, match=r"strategy\.bogus: unknown key"):
+        load_config(write(tmp_path, ""), ["strategy.bogus=1"])

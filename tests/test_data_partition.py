@@ -1,0 +1,273 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedleak.data import (
+    partition_dirichlet,
+    partition_iid,
+    partition_property,
+    partition_sizes,
+)
+from fedleak.errors import ConfigError, DataError
+
+
+def assert_disjoint_cover(parts: list[np.ndarray], n: int) -> None:
+    for p in parts:
+        assert p.dtype == np.int64
+        assert np.all(np.diff(p) > 0)  # sorted, no duplicates
+    joined = np.concatenate(parts)
+    assert joined.size == n
+    np.testing.assert_array_equal(np.sort(joined), np.arange(n))
+
+
+def assert_disjoint(parts: list[np.ndarray]) -> None:
+    joined = np.concatenate(parts)
+    assert np.unique(joined).size == joined.size
+
+
+def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(
+        np.array_equal(x, y) for x, y in zip(a, b, strict=True)
+    )
+
+
+def labels_for(n: int, num_classes: int = 10, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, num_classes, n)
+
+
+# ------------------------------------------------------------------------ iid
+
+
+def test_iid_sizes_and_cover() -> None:
+    parts = partition_iid(103, 10, seed=0)
+    assert len(parts) == 10
+    sizes = partition_sizes(parts)
+    assert sum(sizes) == 103
+    assert max(sizes) - min(sizes) <= 1
+    assert_disjoint_cover(parts, 103)
+
+
+def test_iid_determinism() -> None:
+    assert same(partition_iid(100, 4, 7), partition_iid(100, 4, 7))
+    assert not same(partition_iid(100, 4, 7), partition_iid(100, 4, 8))
+    g1, g2 = np.random.default_rng(3), np.random.default_rng(3)
+    assert same(partition_iid(50, 3, g1), partition_iid(50, 3, g2))
+
+
+def test_iid_is_shuffled() -> None:
+    parts = partition_iid(1000, 2, seed=0)
+    assert not np.array_equal(parts[0], np.arange(500))
+
+
+def test_iid_bad_args() -> None:
+    with pytest.raises(ConfigError):
+        partition_iid(10, 0, seed=0)
+    with pytest.raises(ConfigError):
+        partition_iid(-1, 2, seed=0)
+    with pytest.raises(ConfigError):
+        partition_iid(10, 2.5, seed=0)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match="3 records into 5"):
+        partition_iid(3, 5, seed=0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    k=st.integers(1, 12),
+    extra=st.integers(0, 300),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_iid_invariants(k: int, extra: int, seed: int) -> None:
+    n = k + extra
+    parts = partition_iid(n, k, seed)
+    assert len(parts) == k
+    assert_disjoint_cover(parts, n)
+    sizes = partition_sizes(parts)
+    assert max(sizes) - min(sizes) <= 1
+
+
+# ------------------------------------------------------------------ dirichlet
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    k=st.integers(1, 10),
+    num_classes=st.integers(1, 6),
+    alpha=st.floats(0.05, 100.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_dirichlet_invariants(
+    n: int, k: int, num_classes: int, alpha: float, seed: int
+) -> None:
+    labels = labels_for(n, num_classes, seed=seed % 1000)
+    parts = partition_dirichlet(labels, k, alpha, seed, min_partition_size=0)
+    assert len(parts) == k
+    assert_disjoint_cover(parts, n)
+
+
+def test_dirichlet_min_size_and_determinism() -> None:
+    labels = labels_for(1000)
+    parts = partition_dirichlet(labels, 10, 0.5, seed=1, min_partition_size=20)
+    assert min(partition_sizes(parts)) >= 20
+    assert_disjoint_cover(parts, 1000)
+    assert same(parts, partition_dirichlet(labels, 10, 0.5, 1, min_partition_size=20))
+    assert not same(
+        parts, partition_dirichlet(labels, 10, 0.5, 2, min_partition_size=20)
+    )
+
+
+def _mean_label_entropy(labels: np.ndarray, parts: list[np.ndarray]) -> float:
+    entropies = []
+    for p in parts:
+        counts = np.bincount(labels[p], minlength=10).astype(float)
+        probs = counts[counts > 0] / counts.sum()
+        entropies.append(float(-(probs * np.log(probs)).sum()))
+    return float(np.mean(entropies))
+
+
+def test_small_alpha_is_more_skewed() -> None:
+    labels = labels_for(5000)
+    skewed = partition_dirichlet(labels, 10, 0.1, seed=0)
+    near_iid = partition_dirichlet(labels, 10, 100.0, seed=0)
+    h_skewed = _mean_label_entropy(labels, skewed)
+    h_iid = _mean_label_entropy(labels, near_iid)
+    assert h_iid > 0.95 * np.log(10)
+    assert h_skewed < 0.7 * h_iid
+
+
+def test_dirichlet_impossible_min_size() -> None:
+    labels = labels_for(50)
+    with pytest.raises(DataError, match="50 records"):
+        partition_dirichlet(labels, 10, 1.0, seed=0, min_partition_size=6)
+
+
+def test_dirichlet_gives_up_after_retries() -> None:
+    # One class, tiny alpha: nearly all records land in one partition.
+    labels = np.zeros(100, dtype=np.int64)
+    with pytest.raises(DataError, match="max_retries"):
+        partition_dirichlet(
+            labels, 5, 0.001, seed=0, min_partition_size=15, max_retries=3
+        )
+
+
+def test_dirichlet_bad_args() -> None:
+    labels = labels_for(100)
+    for alpha in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="alpha"):
+            partition_dirichlet(labels, 5, alpha, seed=0)
+    with pytest.raises(ConfigError):
+        partition_dirichlet(labels, 0, 1.0, seed=0)
+    with pytest.raises(ConfigError):
+        partition_dirichlet(labels.reshape(10, 10), 5, 1.0, seed=0)
+    with pytest.raises(ConfigError):
+        partition_dirichlet(labels, 5, 1.0, seed=0, max_retries=-1)
+
+
+# ------------------------------------------------------------------- property
+
+
+def test_property_split_fractions_exact() -> None:
+    has = np.zeros(1000, dtype=bool)
+    has[np.random.default_rng(0).permutation(1000)[:300]] = True
+    parts = partition_property(
+        has,
+        5,
+        target=2,
+        target_fraction=0.5,
+        others_fraction=0.1,
+        partition_size=100,
+        seed=0,
+    )
+    assert partition_sizes(parts) == [100] * 5
+    assert_disjoint(parts)
+    counts = [int(has[p].sum()) for p in parts]
+    assert counts == [10, 10, 50, 10, 10]
+
+
+def test_property_control_setting() -> None:
+    has = np.arange(600) % 3 == 0  # 200 with, 400 without
+    parts = partition_property(
+        has, 4, target=0, target_fraction=0.3, partition_size=50, seed=1
+    )
+    assert int(has[parts[0]].sum()) == 15
+    for p in parts[1:]:
+        assert not has[p].any()
+    assert_disjoint(parts)
+
+
+def test_property_default_size_bound_by_property_records() -> None:
+    has = np.zeros(1000, dtype=bool)
+    has[:40] = True  # 40 with, 960 without
+    parts = partition_property(has, 4, target=0, target_fraction=0.5, seed=0)
+    # The target needs round(s / 2) <= 40 records with the property: s = 81
+    # fits (round(40.5) == 40), s = 82 does not; 4 * 81 - 40 without is ample.
+    assert partition_sizes(parts) == [81] * 4
+    assert int(has[parts[0]].sum()) == 40
+    assert not any(has[p].any() for p in parts[1:])
+    assert_disjoint(parts)
+    with pytest.raises(DataError):
+        partition_property(
+            has, 4, target=0, target_fraction=0.5, partition_size=82, seed=0
+        )
+
+
+def test_property_default_size_bound_by_non_property_records() -> None:
+    has = np.zeros(110, dtype=bool)
+    has[:100] = True  # 100 with, 10 without
+    parts = partition_property(
+        has, 2, target=1, target_fraction=1.0, others_fraction=0.8, seed=0
+    )
+    # Without: s - round(0.8 s) <= 10 holds up to s = 52 (52 - 42), fails at 53;
+    # with: s + round(0.8 s) <= 100 would allow up to s = 55.
+    assert partition_sizes(parts) == [52, 52]
+    assert int(has[parts[1]].sum()) == 52
+    assert int(has[parts[0]].sum()) == 42
+    assert_disjoint(parts)
+
+
+def test_property_determinism() -> None:
+    has = np.arange(500) % 4 == 0
+    kwargs = {"target": 1, "target_fraction": 0.6, "partition_size": 40}
+    a = partition_property(has, 3, seed=5, **kwargs)  # type: ignore[arg-type]
+    b = partition_property(has, 3, seed=5, **kwargs)  # type: ignore[arg-type]
+    c = partition_property(has, 3, seed=6, **kwargs)  # type: ignore[arg-type]
+    assert same(a, b)
+    assert not same(a, c)
+
+
+def test_property_not_enough_records() -> None:
+    has = np.zeros(200, dtype=bool)
+    has[:10] = True
+    with pytest.raises(DataError) as info:
+        partition_property(
+            has, 2, target=0, target_fraction=0.5, partition_size=40, seed=0
+        )
+    message = str(info.value)
+    assert "needs 20" in message and "available 10" in message
+    with pytest.raises(DataError):
+        partition_property(np.zeros(10, bool), 2, target=0, target_fraction=1.0, seed=0)
+
+
+def test_property_bad_args() -> None:
+    has = np.arange(100) % 2 == 0
+    with pytest.raises(ConfigError, match="target_fraction"):
+        partition_property(has, 2, target=0, target_fraction=1.5, seed=0)
+    with pytest.raises(ConfigError, match="others_fraction"):
+        partition_property(
+            has, 2, target=0, target_fraction=0.5, others_fraction=-0.1, seed=0
+        )
+    with pytest.raises(ConfigError, match="target"):
+        partition_property(has, 2, target=2, target_fraction=0.5, seed=0)
+    with pytest.raises(ConfigError, match="target"):
+        partition_property(has, 2, target=-1, target_fraction=0.5, seed=0)
+    with pytest.raises(ConfigError, match="partition_size"):
+        partition_property(
+            has, 2, target=0, target_fraction=0.5, partition_size=0, seed=0
+        )
+
+
+def test_partition_sizes() -> None:
+    assert partition_sizes([np.arange(3), np.arange(0), np.arange(5)]) == [3, 0, 5]

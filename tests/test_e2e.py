@@ -1,0 +1,104 @@
+"""End-to-end Flower simulations on Ray (slow: seconds each)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedleak.experiments import run_experiment
+from fedleak.experiments.config import validate
+from fedleak.experiments.results import check_results
+
+pytestmark = pytest.mark.slow
+
+FEDLEAK = str(Path(sys.executable).with_name("fedleak"))
+
+
+def tiny(strategy: str, rounds: int = 2, **sections: dict) -> dict:
+    raw: dict = {
+        "name": f"e2e-{strategy}",
+        "seed": 11,
+        "rounds": rounds,
+        "data": {"dataset": "digits"},
+        "model": {"name": "mlp"},
+        "strategy": {"name": strategy, "learning_rate": 0.1},
+        "client": {"batch_size": 16},
+        "federation": {"num_clients": 3},
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return raw
+
+
+def run(raw: dict, out: Path) -> dict:
+    outcome = run_experiment(validate(raw, "test", "test"), out=out)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert check_results(on_disk) == []
+    assert on_disk["final"] == outcome.results["final"]
+    return on_disk
+
+
+@pytest.mark.parametrize("strategy", ["sync-sgd", "model-averaging"])
+def test_three_clients_two_rounds(tmp_path, strategy):
+    results = run(tiny(strategy), tmp_path / "run")
+    assert len(results["rounds"]) == 2
+    for row in results["rounds"]:
+        assert row["train"]["num-replies"] == 3
+        assert row["train"]["num-errors"] == 0
+        assert row["train"]["num-missing"] == 0
+        assert 0.0 <= row["server"]["test-accuracy"] <= 1.0
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "config.toml").exists()
+    rounds_log = (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in rounds_log] == [0, 1, 2]
+    model = np.load(tmp_path / "run" / "model.npz")
+    assert "net.1.weight" in model
+
+
+def test_same_seed_same_numbers(tmp_path):
+    raw = tiny("sync-sgd", rounds=3)
+    first = run(raw, tmp_path / "a")
+    second = run(raw, tmp_path / "b")
+    assert first["rounds"] == second["rounds"]
+    assert first["final"] == second["final"]
+
+
+def test_flower_dp_wrapper_around_model_averaging_completes(tmp_path):
+    raw = tiny(
+        "model-averaging",
+        privacy={
+            "wrapper": "server-fixed-clipping",
+            "noise_multiplier": 0.1,
+            "clipping_norm": 1.0,
+        },
+    )
+    results = run(raw, tmp_path / "dp")
+    assert results["config"]["privacy"]["wrapper"] == "server-fixed-clipping"
+    assert all(row["train"]["num-replies"] == 3 for row in results["rounds"])
+
+
+def test_fedleak_run_command_writes_valid_results(tmp_path):
+    config = tmp_path / "cli.toml"
+    config.write_text(
+        "name = 'cli'\nrounds = 2\nseed = 5\n[model]\nname = 'mlp'\n"
+        "[strategy]\nname = 'fedavg'\nlearning_rate = 0.1\n[federation]\nnum_clients = 3\n"
+    )
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [FEDLEAK, "run", str(config), "--out", str(out), "--set", "rounds=3"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert check_results(results) == []
+    assert results["config"]["rounds"] == 3
+    assert "final test accuracy" in result.stdout
+    assert "DEPRECATED" not in result.stderr
