@@ -13,8 +13,32 @@ fedleak is a Flower plugin and research toolkit. Its subpackages are
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from .errors import ConfigError, DataError, FedleakError, ProtocolError
+
+
+def _source_checkout_root() -> list[str]:
+    """Return the repository root when this is a source checkout, else nothing.
+
+    In the repository, ``strategies/``, ``clients/`` and ``attacks/`` sit next
+    to ``fedleak/`` and are installed as ``fedleak.strategies`` and so on. When
+    the checkout itself is on ``sys.path`` (Ray adds its driver's working
+    directory to every worker's path), this ``fedleak`` shadows the installed
+    one; adding the root to ``__path__`` makes those subpackages resolve here too.
+    """
+    here = Path(__file__).resolve().parent
+    root = here.parent
+    if (
+        not (here / "strategies").exists()
+        and (root / "pyproject.toml").is_file()
+        and (root / "strategies" / "__init__.py").is_file()
+    ):
+        return [str(root)]
+    return []
+
+
+__path__ = [*__path__, *_source_checkout_root()]
 
 try:
     __version__ = version("fedleak")

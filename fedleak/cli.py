@@ -120,6 +120,16 @@ def _run(
     except FedleakError as err:
         _fail(err)
         return
+    from .experiments.results import count_usable_rounds
+
+    if count_usable_rounds(outcome.results) == 0:
+        _err.print(
+            "[bold red]error:[/] no client reply could be used in any round "
+            "(see the warnings above); the run's files are in "
+            f"{escape(str(outcome.run_dir))}",
+            highlight=False,
+        )
+        raise typer.Exit(1)
     final = outcome.results["final"]
     timing = outcome.results["timing"]
     acc = final.get("test-accuracy")

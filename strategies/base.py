@@ -27,7 +27,7 @@ import time
 from abc import ABC
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 
 import numpy as np
 from flwr.app import (
@@ -101,6 +101,12 @@ class RoundReplies:
             "num-missing": self.num_missing,
             "num-rejected": self.num_rejected,
         }
+
+
+def _last_line(text: str) -> str:
+    """Return the last non-empty line of ``text`` (an exception's message)."""
+    lines = [line.strip(" '>\"") for line in text.splitlines() if line.strip(" '>\"")]
+    return lines[-1] if lines else text
 
 
 def _check_fraction(name: str, value: float) -> None:
@@ -378,14 +384,16 @@ class PartitionAwareStrategy(Strategy, ABC):
         valid = [m for m in replies if not m.has_error()]
         errors = [m for m in replies if m.has_error()]
         for message in errors:
+            reason = message.error.reason or f"error code {message.error.code}"
             log(
                 WARNING,
                 "%s round %d: error reply from node %d: %s",
                 phase,
                 server_round,
                 message.metadata.src_node_id,
-                message.error.reason,
+                _last_line(reason),
             )
+            log(DEBUG, "full error reply: %s", reason)
 
         def order(message: Message) -> tuple[int, int]:
             node_id = message.metadata.src_node_id

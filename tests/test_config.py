@@ -85,3 +85,14 @@ def test_overrides_are_parsed_as_toml_values(tmp_path):
         apply_overrides({"rounds": 3}, ["rounds.x=1"])
     with pytest.raises(ConfigError, match=r"strategy\.bogus: unknown key"):
         load_config(write(tmp_path, ""), ["strategy.bogus=1"])
+
+
+def test_count_usable_rounds_reads_both_strategy_kinds():
+    from fedleak.experiments.results import count_usable_rounds
+
+    fedleak_rounds = {"rounds": [{"train": {"num-replies": 0}}, {"train": {"num-replies": 2}}]}
+    flower_rounds = {"rounds": [{"train": {}}, {"train": {"train-loss": 1.0}}, {"train": {}}]}
+    failed = {"rounds": [{"train": {"num-replies": 0, "num-errors": 3}}] * 4}
+    assert count_usable_rounds(fedleak_rounds) == 1
+    assert count_usable_rounds(flower_rounds) == 1
+    assert count_usable_rounds(failed) == 0

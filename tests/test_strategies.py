@@ -98,7 +98,7 @@ def test_sync_sgd_skips_and_counts_errors_missing_and_malformed(caplog):
     bad_shape = {"w": np.zeros((4, 3), np.float32)}
     replies = [
         reply(17, good),
-        error_reply(9001),
+        error_reply(9001, "Traceback (most recent call last):\n  ...\nValueError: disk full"),
         reply(4242, bad_shape),
         # node 5 never replies
     ]
@@ -112,6 +112,8 @@ def test_sync_sgd_skips_and_counts_errors_missing_and_malformed(caplog):
     assert metrics["num-missing"] == 1
     assert metrics["num-rejected"] == 1
     assert "shape" in caplog.text
+    assert "error reply from node 9001: ValueError: disk full" in caplog.text
+    assert "Traceback" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -115,7 +115,8 @@ def run_strategy_bench(
     if rounds < 2 or blocks < 1:
         raise fedleak.ConfigError("bench needs rounds >= 2 and blocks >= 1")
     preflight(config)
-    strategies = _strategies(config)
+    with quiet_flower(verbose):
+        strategies = _strategies(config)
     timers = {name: _RoundTimer() for name in strategies}
     names = list(strategies)
     train_config = config.task().to_config()

@@ -50,6 +50,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "append_jsonl",
     "check_results",
+    "count_usable_rounds",
     "plot_curves",
     "write_atomic",
     "write_json_atomic",
@@ -193,3 +194,19 @@ def check_results(obj: Any) -> list[str]:
         if key not in obj["timing"]:
             problems.append(f"timing.{key} missing")
     return problems
+
+
+def count_usable_rounds(results: Mapping[str, Any]) -> int:
+    """Count the rounds in which at least one client reply was aggregated.
+
+    A round with ``num-replies`` (fedleak's strategies) counts when it is
+    positive; a round of another strategy counts when it reported any
+    training metric.
+    """
+    usable = 0
+    for row in results.get("rounds", []):
+        train = row.get("train", {})
+        replies = train.get("num-replies")
+        if (isinstance(replies, int) and replies > 0) or (replies is None and train):
+            usable += 1
+    return usable
