@@ -90,8 +90,12 @@ def test_overrides_are_parsed_as_toml_values(tmp_path):
 def test_count_usable_rounds_reads_both_strategy_kinds():
     from fedleak.experiments.results import count_usable_rounds
 
-    fedleak_rounds = {"rounds": [{"train": {"num-replies": 0}}, {"train": {"num-replies": 2}}]}
-    flower_rounds = {"rounds": [{"train": {}}, {"train": {"train-loss": 1.0}}, {"train": {}}]}
+    fedleak_rounds = {
+        "rounds": [{"train": {"num-replies": 0}}, {"train": {"num-replies": 2}}]
+    }
+    flower_rounds = {
+        "rounds": [{"train": {}}, {"train": {"train-loss": 1.0}}, {"train": {}}]
+    }
     failed = {"rounds": [{"train": {"num-replies": 0, "num-errors": 3}}] * 4}
     assert count_usable_rounds(fedleak_rounds) == 1
     assert count_usable_rounds(flower_rounds) == 1

@@ -98,7 +98,9 @@ def test_sync_sgd_skips_and_counts_errors_missing_and_malformed(caplog):
     bad_shape = {"w": np.zeros((4, 3), np.float32)}
     replies = [
         reply(17, good),
-        error_reply(9001, "Traceback (most recent call last):\n  ...\nValueError: disk full"),
+        error_reply(
+            9001, "Traceback (most recent call last):\n  ...\nValueError: disk full"
+        ),
         reply(4242, bad_shape),
         # node 5 never replies
     ]
