@@ -129,13 +129,14 @@ def plot_curves(
     if not acc[0] and not any(xs for xs, _ in losses.values()):
         return False
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.8))
+    marker = "." if len(rounds) <= 60 else None
     if acc[0]:
-        ax_acc.plot(*acc, marker=".", color="tab:blue")
+        ax_acc.plot(*acc, marker=marker, color="tab:blue")
     ax_acc.set(xlabel="round", ylabel="test accuracy", title="accuracy", ylim=(0, 1.02))
     ax_acc.grid(alpha=0.3)
     for label, (xs, ys) in losses.items():
         if xs:
-            ax_loss.plot(xs, ys, marker=".", label=label)
+            ax_loss.plot(xs, ys, marker=marker, label=label)
     ax_loss.set(xlabel="round", ylabel="cross-entropy", title="loss")
     ax_loss.grid(alpha=0.3)
     if ax_loss.lines:

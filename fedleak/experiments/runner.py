@@ -66,8 +66,13 @@ def preflight(config: ExperimentConfig) -> None:
 
 
 class _DropDeprecation(logging.Filter):
+    """Drop Flower warnings that say nothing to a fedleak user."""
+
+    noise = ("DEPRECATED FEATURE", "Federated evaluation will be skipped")
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return "DEPRECATED FEATURE" not in record.getMessage()
+        message = record.getMessage()
+        return not any(text in message for text in self.noise)
 
 
 @contextmanager
