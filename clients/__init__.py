@@ -10,8 +10,11 @@ from .honest import (
     make_honest_client_app,
     partition_id_of,
 )
+from .secagg import secagg_mod
 
-app = make_honest_client_app()
+#: The honest ClientApp, ready for fedleak's strategies with or without secure
+#: aggregation (``secagg_mod`` passes every other message through untouched).
+app = make_honest_client_app(mods=[secagg_mod])
 
 __all__ = [
     "HonestClient",
@@ -19,4 +22,5 @@ __all__ = [
     "app",
     "make_honest_client_app",
     "partition_id_of",
+    "secagg_mod",
 ]

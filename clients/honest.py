@@ -246,7 +246,13 @@ def make_honest_client_app(
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         spec, config = _task_of(msg)
-        client = behaviour(spec, partition_id_of(context))
+        partition = partition_id_of(context)
+        if spec.crashes_in(partition, _round_of(config)):
+            raise RuntimeError(
+                f"injected crash of client {partition} in round {_round_of(config)} "
+                "(faults.crash_clients)"
+            )
+        client = behaviour(spec, partition)
         arrays = msg.content.array_records[protocol.ARRAYS_KEY]
         state = _state(context)
         mode = config.get(protocol.TRAIN_MODE, protocol.MODE_MODEL)

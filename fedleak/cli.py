@@ -238,6 +238,75 @@ def bench_strategies(
     _out.print(f"written: {out}", highlight=False)
 
 
+@bench_app.command("secagg")
+def bench_secagg(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-secagg.json"
+    ),
+    clients: Annotated[
+        list[int] | None, typer.Option("--clients", help="N values (repeatable).")
+    ] = None,
+    lengths: Annotated[
+        list[int] | None, typer.Option("--length", help="L values (repeatable).")
+    ] = None,
+    rounds: Annotated[int, typer.Option(help="Rounds per method per block.")] = 4,
+    blocks: Annotated[int, typer.Option(help="Blocks, methods rotated.")] = 2,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Secure aggregation vs FedAvg and Flower's SecAgg+, plus the primitives' floor."""
+    from .experiments.bench_secagg import run_secagg_bench
+
+    try:
+        report = run_secagg_bench(
+            out,
+            clients=clients or (10, 30),
+            lengths=lengths or (100_000, 1_000_000),
+            rounds=rounds,
+            blocks=blocks,
+            verbose=verbose,
+            progress=lambda text: _err.print(f"[dim]{escape(text)}[/]"),
+        )
+    except FedleakError as err:
+        _fail(err)
+        return
+    table = Table(
+        "N",
+        "L",
+        "FedAvg s",
+        "SA s",
+        "SecAgg+ s",
+        "SA/FedAvg",
+        "SecAgg+/SA",
+        "SA rel err",
+        "SecAgg+ rel err",
+    )
+    for row in report["federated"]:
+        table.add_row(
+            str(row["n_clients"]),
+            str(row["length"]),
+            f"{row['fedavg']['median_round_s']:.3f}",
+            f"{row['secagg']['median_round_s']:.3f}",
+            f"{row['secaggplus']['median_round_s']:.3f}",
+            f"{row['secagg']['vs_fedavg']:.2f}",
+            f"{row['secaggplus_vs_secagg']:.2f}",
+            f"{row['secagg']['max_rel_error']:.1e}",
+            f"{row['secaggplus']['max_rel_error']:.1e}",
+        )
+    _out.print(table)
+    prim = Table("N", "L", "client mask ms", "floor ms", "x floor", "server sum ms")
+    for row in report["primitives"] + report["seed_setting"]:
+        prim.add_row(
+            str(row["n_users"]),
+            str(row["length"]),
+            f"{row['client_mask_s'] * 1e3:.2f}",
+            f"{row['floor_mask_s'] * 1e3:.2f}",
+            f"{row['client_mask_vs_floor']:.2f}",
+            f"{row['server_sum_s'] * 1e3:.2f}",
+        )
+    _out.print(prim)
+    _out.print(f"written: {out}", highlight=False)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -22,6 +22,27 @@ Messages
 ``evaluate`` (server -> sampled nodes)
     Content as for ``train``; the reply's MetricRecord holds
     :data:`NUM_EXAMPLES` and the metrics to average.
+
+Secure aggregation (:class:`fedleak.strategies.SecureAggregation` and
+:func:`fedleak.clients.secagg_mod`) multiplexes on plain ``train`` messages (a
+Flower mod cannot add message types) with a ConfigRecord
+:data:`SECAGG_RECORD` whose :data:`SECAGG_STAGE` is
+
+:data:`STAGE_ADVERTISE`
+    server -> client: send your X25519 public key (:data:`SECAGG_PUBLIC_KEY`);
+    the ClientApp's own train function is not called.
+:data:`STAGE_UPLOAD`
+    server -> client: the inner strategy's train message plus the group's
+    members (:data:`SECAGG_PEERS`, ids packed by :func:`pack_ids`) and keys,
+    the fixed-point parameters and the layout; the client trains as usual and
+    replies with only its masked vector (:data:`SECAGG_MASKED`).
+:data:`STAGE_RECOVER`
+    server -> online client: the dropped members (:data:`SECAGG_DROPPED`);
+    the client replies with its recovery mask.
+
+A reply that stands for the aggregate of several clients (what the secure
+aggregation wrapper hands to its inner strategy) carries a ConfigRecord
+:data:`AGGREGATE_RECORD` listing them (:data:`AGGREGATE_CONTRIBUTORS`).
 """
 
 from __future__ import annotations
@@ -29,6 +50,8 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "AGGREGATE_CONTRIBUTORS",
+    "AGGREGATE_RECORD",
     "ARRAYS_KEY",
     "CONFIG_KEY",
     "IDENTIFY_MESSAGE_TYPE",
@@ -41,8 +64,21 @@ __all__ = [
     "NUM_EXAMPLES",
     "NUM_PARTITIONS",
     "PARTITION_ID",
+    "SECAGG_DROPPED",
+    "SECAGG_MASKED",
+    "SECAGG_PEERS",
+    "SECAGG_PEER_KEYS",
+    "SECAGG_PUBLIC_KEY",
+    "SECAGG_RECORD",
+    "SECAGG_ROUND",
+    "SECAGG_STAGE",
     "SERVER_ROUND",
+    "STAGE_ADVERTISE",
+    "STAGE_RECOVER",
+    "STAGE_UPLOAD",
     "TRAIN_MODE",
+    "pack_ids",
+    "unpack_ids",
 ]
 
 IDENTIFY_MESSAGE_TYPE: Final = "query.fedleak_identify"
@@ -61,3 +97,50 @@ MODE_MODEL: Final = "model"
 LEARNING_RATE: Final = "lr"
 LOCAL_EPOCHS: Final = "local-epochs"
 NUM_EXAMPLES: Final = "num-examples"
+
+SECAGG_RECORD: Final = "fedleak-secagg"
+SECAGG_STAGE: Final = "stage"
+SECAGG_ROUND: Final = "round"
+SECAGG_PUBLIC_KEY: Final = "public-key"
+SECAGG_PEERS: Final = "peers"
+SECAGG_PEER_KEYS: Final = "peer-keys"
+SECAGG_MASKED: Final = "masked"
+SECAGG_DROPPED: Final = "dropped"
+STAGE_ADVERTISE: Final = "advertise"
+STAGE_UPLOAD: Final = "upload"
+STAGE_RECOVER: Final = "recover"
+
+AGGREGATE_RECORD: Final = "fedleak-aggregate"
+AGGREGATE_CONTRIBUTORS: Final = "contributors"
+
+_ID_BYTES = 8
+
+
+def pack_ids(ids: list[int] | tuple[int, ...]) -> bytes:
+    """Pack node ids (0 <= id < 2**64) as 8-byte big-endian words.
+
+    Flower node ids use the whole unsigned 64-bit range, which a ConfigRecord
+    integer (signed 64-bit on the wire) cannot hold; bytes can.
+    """
+    try:
+        return b"".join(int(i).to_bytes(_ID_BYTES, "big") for i in ids)
+    except OverflowError:
+        raise ValueError("node ids must lie in [0, 2**64)") from None
+
+
+def unpack_ids(data: bytes) -> list[int]:
+    """Inverse of :func:`pack_ids`.
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is not a whole number of 8-byte words.
+    """
+    if len(data) % _ID_BYTES:
+        raise ValueError(
+            f"packed ids must be a multiple of {_ID_BYTES} bytes, got {len(data)}"
+        )
+    return [
+        int.from_bytes(data[i : i + _ID_BYTES], "big")
+        for i in range(0, len(data), _ID_BYTES)
+    ]

@@ -82,6 +82,9 @@ class TaskSpec:
         The clients' local SGD step size (model averaging).
     local_epochs : int
         Local epochs per round (model averaging).
+    crash_partitions, crash_rounds : tuple of int
+        Fault injection: these clients' train function raises in these rounds
+        (a crash mid-round, after key setup and before upload).
     """
 
     dataset: str = "digits"
@@ -99,6 +102,8 @@ class TaskSpec:
     batch_size: int = 32
     learning_rate: float = 0.05
     local_epochs: int = 1
+    crash_partitions: tuple[int, ...] = ()
+    crash_rounds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.partition not in PARTITIONERS:
@@ -117,9 +122,17 @@ class TaskSpec:
 
     def to_config(self) -> dict[str, Any]:
         """Return the spec as flat ``task.*`` ConfigRecord entries."""
-        return {
-            _PREFIX + f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-        }
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[_PREFIX + f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def crashes_in(self, partition_id: int, server_round: int) -> bool:
+        """Return whether fault injection makes this client crash in this round."""
+        return (
+            partition_id in self.crash_partitions and server_round in self.crash_rounds
+        )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TaskSpec:
@@ -151,6 +164,14 @@ class TaskSpec:
                 and not isinstance(value, bool)
             ):
                 value = float(value)
+            if expected is tuple and isinstance(value, list):
+                if not all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in value
+                ):
+                    raise ConfigError(
+                        f"task key {_PREFIX + name!r} must be a list of integers"
+                    )
+                value = tuple(value)
             if type(value) is not expected:
                 raise ConfigError(
                     f"task key {_PREFIX + name!r} must be {expected.__name__}, "

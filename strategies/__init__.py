@@ -7,12 +7,14 @@ own wrappers such as ``DifferentialPrivacyServerSideFixedClipping``.
 
 from .base import PartitionAwareStrategy, RoundReplies, arrays_to_numpy, numpy_to_arrays
 from .model_averaging import ModelAveraging
+from .secure_aggregation import SecureAggregation
 from .sync_sgd import SyncSGD
 
 __all__ = [
     "ModelAveraging",
     "PartitionAwareStrategy",
     "RoundReplies",
+    "SecureAggregation",
     "SyncSGD",
     "arrays_to_numpy",
     "numpy_to_arrays",

@@ -402,6 +402,13 @@ class PartitionAwareStrategy(Strategy, ABC):
 
         valid.sort(key=order)
         answered = {m.metadata.src_node_id for m in replies}
+        for message in valid:  # an aggregate reply answers for its contributors
+            record = message.content.config_records.get(protocol.AGGREGATE_RECORD)
+            packed = (
+                None if record is None else record.get(protocol.AGGREGATE_CONTRIBUTORS)
+            )
+            if isinstance(packed, bytes):
+                answered.update(protocol.unpack_ids(packed))
         missing = (
             0 if sampled is None else len([n for n in sampled if n not in answered])
         )

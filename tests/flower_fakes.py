@@ -125,3 +125,76 @@ class FakeGrid(Grid):
         if self.on_send is not None:
             out.extend(self.on_send(messages))
         return out
+
+
+class LocalGrid(Grid):
+    """An in-process federation: every message is handled by a real ClientApp.
+
+    Each node keeps its own ``Context`` across messages (as in Flower), and a
+    ClientApp exception becomes an error reply (as Flower's runtime does).
+    ``drop`` maps a node id to a predicate on the message: when it returns True
+    the node does not reply at all (a crash or a timeout).
+    """
+
+    def __init__(self, app, partitions: dict[int, int], drop=None) -> None:  # type: ignore[no-untyped-def]
+        from flwr.app import Context
+
+        self.app = app
+        self.partitions = partitions
+        self.drop = drop or {}
+        self.contexts = {
+            node: Context(
+                run_id=1,
+                node_id=node,
+                node_config={"partition-id": p, "num-partitions": len(partitions)},
+                state=RecordDict(),
+                run_config={},
+            )
+            for node, p in partitions.items()
+        }
+        self.sent: list[Message] = []
+
+    def set_run(self, run_id: int) -> None:  # type: ignore[override]
+        pass
+
+    @property
+    def run(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # type: ignore[no-untyped-def]
+        return Message(
+            content,
+            dst_node_id=dst_node_id,
+            message_type=message_type,
+            group_id=group_id,
+        )
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.partitions)
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
+        out = []
+        for message in messages:
+            self.sent.append(message)
+            node = message.metadata.dst_node_id
+            predicate = self.drop.get(node)
+            if predicate is not None and predicate(message):
+                continue
+            try:
+                out.append(self.app(message, self.contexts[node]))
+            except Exception as err:
+                out.append(
+                    Message(
+                        metadata=metadata(
+                            node, message_type=message.metadata.message_type
+                        ),
+                        error=Error(code=2, reason=f"{type(err).__name__}: {err}"),
+                    )
+                )
+        return out

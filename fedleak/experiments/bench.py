@@ -36,7 +36,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 import fedleak
-from fedleak.clients import make_honest_client_app
+from fedleak.clients import make_honest_client_app, secagg_mod
 from fedleak.strategies import ModelAveraging, SyncSGD
 
 from .config import ExperimentConfig, validate
@@ -143,7 +143,7 @@ def run_strategy_bench(
     with quiet_flower(verbose):
         run_simulation(
             server_app=server_app,
-            client_app=make_honest_client_app(),
+            client_app=make_honest_client_app(mods=[secagg_mod]),
             num_supernodes=clients,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},

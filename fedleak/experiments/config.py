@@ -42,9 +42,11 @@ __all__ = [
     "DataConfig",
     "EvaluationConfig",
     "ExperimentConfig",
+    "FaultsConfig",
     "FederationConfig",
     "ModelConfig",
     "PrivacyConfig",
+    "SecureAggregationConfig",
     "StrategyConfig",
     "apply_overrides",
     "load_config",
@@ -124,6 +126,42 @@ class PrivacyConfig(_Section):
     clipping_norm: float = Field(1.0, gt=0)
 
 
+class SecureAggregationConfig(_Section):
+    """``[secure_aggregation]``: pairwise-mask secure aggregation (seed 000 Ch. 4.1).
+
+    ``modulus_bits``, ``group_size`` and ``max_weight`` of 0 mean "automatic":
+    32-bit sums for sync-sgd and 64-bit for weighted averages, one group, and
+    a weight bound of 10,000 examples per client.
+    """
+
+    enabled: bool = False
+    clip: float = Field(8.0, gt=0)
+    modulus_bits: Literal[0, 32, 64] = 0
+    group_size: int = Field(0, ge=0)
+    min_online: int = Field(3, ge=2)
+    max_weight: float = Field(0.0, ge=0)
+    metric_names: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _group(self) -> SecureAggregationConfig:
+        if 0 < self.group_size < 3:
+            raise ValueError("secure_aggregation.group_size: must be 0 or >= 3")
+        if 0 < self.max_weight < 1:
+            raise ValueError("secure_aggregation.max_weight: must be 0 or >= 1")
+        return self
+
+
+class FaultsConfig(_Section):
+    """``[faults]``: injected client crashes, to test robustness.
+
+    Every client in ``crash_clients`` raises in its train function in every
+    round of ``crash_rounds`` (after secure-aggregation setup, before upload).
+    """
+
+    crash_clients: list[int] = Field(default_factory=list)
+    crash_rounds: list[int] = Field(default_factory=list)
+
+
 class ExperimentConfig(_Section):
     """A whole experiment file."""
 
@@ -137,9 +175,19 @@ class ExperimentConfig(_Section):
     federation: FederationConfig = FederationConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    secure_aggregation: SecureAggregationConfig = SecureAggregationConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
+        if self.secure_aggregation.enabled and self.privacy.wrapper != "none":
+            raise ValueError(
+                "secure_aggregation.enabled: Flower's server-side DP wrappers clip "
+                "each client's update, which secure aggregation hides; disable one"
+            )
+        bad = [c for c in self.faults.crash_clients if c >= self.federation.num_clients]
+        if bad:
+            raise ValueError(f"faults.crash_clients: {bad} are not client ids")
         if self.privacy.wrapper != "none" and self.strategy.name == "sync-sgd":
             raise ValueError(
                 "privacy.wrapper: Flower's central-DP wrappers clip model updates; "
@@ -174,6 +222,8 @@ class ExperimentConfig(_Section):
             batch_size=self.client.batch_size,
             learning_rate=self.strategy.learning_rate,
             local_epochs=self.strategy.local_epochs,
+            crash_partitions=tuple(self.faults.crash_clients),
+            crash_rounds=tuple(self.faults.crash_rounds),
         )
 
 

@@ -25,7 +25,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from fedleak.clients import make_honest_client_app
+from fedleak.clients import make_honest_client_app, secagg_mod
 from fedleak.errors import FedleakError
 from fedleak.task import training_pool
 
@@ -68,7 +68,11 @@ def preflight(config: ExperimentConfig) -> None:
 class _DropDeprecation(logging.Filter):
     """Drop Flower warnings that say nothing to a fedleak user."""
 
-    noise = ("DEPRECATED FEATURE", "Federated evaluation will be skipped")
+    noise = (
+        "DEPRECATED FEATURE",
+        "Federated evaluation will be skipped",
+        "No fit_metrics_aggregation_fn provided",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -132,7 +136,7 @@ def simulate(
     with quiet_flower(verbose):
         run_simulation(
             server_app=server_app,
-            client_app=make_honest_client_app(),
+            client_app=make_honest_client_app(mods=[secagg_mod]),
             num_supernodes=config.federation.num_clients,
             backend_config=backend_config,
             verbose_logging=verbose,

@@ -33,7 +33,7 @@ from flwr.serverapp.strategy import (
 
 import fedleak
 from fedleak.errors import ConfigError
-from fedleak.strategies import ModelAveraging, SyncSGD
+from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
 from fedleak.training import evaluate, set_arrays
 
 from .config import ExperimentConfig
@@ -89,6 +89,19 @@ def build_strategy(config: ExperimentConfig) -> Strategy:
             min_evaluate_nodes=max(1, math.floor(s.fraction_evaluate * k + 1e-9)),
             min_available_nodes=k,
         )
+    sa = config.secure_aggregation
+    if sa.enabled:
+        secure: Strategy = SecureAggregation(
+            strategy,
+            clip=sa.clip,
+            modulus_bits=sa.modulus_bits or None,
+            max_weight=sa.max_weight or None,
+            group_size=sa.group_size or None,
+            min_online=sa.min_online,
+            metric_names=sa.metric_names,
+            seed=config.seed,
+        )
+        return secure
     p = config.privacy
     if p.wrapper == "server-fixed-clipping":
         strategy = DifferentialPrivacyServerSideFixedClipping(

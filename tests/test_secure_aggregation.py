@@ -1,0 +1,458 @@
+"""SecureAggregation + secagg_mod in an in-process federation (real ClientApps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fedleak.clients import add_identify_handler, secagg_mod
+from fedleak.strategies import (
+    ModelAveraging,
+    SecureAggregation,
+    SyncSGD,
+    arrays_to_numpy,
+    numpy_to_arrays,
+)
+from flower_fakes import LocalGrid, metadata
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyServerSideFixedClipping,
+    FedAvg,
+    FedMedian,
+    Krum,
+    Strategy,
+)
+
+from fedleak import protocol
+from fedleak.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+NODES = {9001 + 7 * p: p for p in range(6)}  # node id -> partition id
+
+
+def global_model() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "w": rng.normal(size=(5, 3)).astype(np.float32),
+        "b": rng.normal(size=(3,)).astype(np.float32),
+    }
+
+
+def client_update(partition: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(100 + partition)
+    return {
+        k: rng.normal(size=v.shape).astype(np.float32)
+        for k, v in global_model().items()
+    }
+
+
+def sizes(partition: int) -> int:
+    return 10 + 37 * partition
+
+
+def make_app(crash: set[int] = frozenset(), only_b: bool = False) -> ClientApp:
+    """A ClientApp whose train function returns a fixed update per partition."""
+    app = ClientApp(mods=[secagg_mod])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        partition = int(context.node_config["partition-id"])
+        if partition in crash:
+            raise RuntimeError(f"client {partition} crashed")
+        update = client_update(partition)
+        if only_b:
+            update = {"b": update["b"]}
+        metrics = MetricRecord(
+            {protocol.NUM_EXAMPLES: sizes(partition), "train-loss": 0.1 * partition}
+        )
+        return Message(
+            RecordDict(
+                {
+                    "arrays": ArrayRecord({k: Array(v) for k, v in update.items()}),
+                    "metrics": metrics,
+                }
+            ),
+            reply_to=msg,
+        )
+
+    return add_identify_handler(app)
+
+
+def one_round(strategy: Strategy, grid: LocalGrid, server_round: int = 1):
+    messages = list(
+        strategy.configure_train(
+            server_round, numpy_to_arrays(global_model()), ConfigRecord(), grid
+        )
+    )
+    replies = grid.send_and_receive(messages)
+    arrays, metrics = strategy.aggregate_train(server_round, replies)
+    return (None if arrays is None else arrays_to_numpy(arrays)), metrics, messages
+
+
+def plain_sum(partitions) -> dict[str, np.ndarray]:
+    return {
+        k: sum(client_update(p)[k].astype(np.float64) for p in partitions)
+        for k in global_model()
+    }
+
+
+# ------------------------------------------------------------------ exactness
+def test_secure_sync_sgd_equals_plain_sync_sgd_within_fixed_point_error():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(0.5, min_available_nodes=6), clip=8.0)
+    new, metrics, _ = one_round(secure, grid)
+    total = plain_sum(range(6))
+    bound = secure.fixed_point(6).max_abs_error(6) * 0.5 + 1e-6  # lr 0.5, float32
+    for name, theta in global_model().items():
+        expected = theta.astype(np.float64) - 0.5 * total[name]
+        assert np.max(np.abs(new[name] - expected)) <= bound
+    assert metrics["num-replies"] == 6
+    assert metrics["secagg-dropped"] == 0
+    assert metrics["secagg-clipped"] == 0
+
+
+def test_secure_model_averaging_is_the_weighted_mean():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(
+        ModelAveraging(min_available_nodes=6), metric_names=["train-loss"]
+    )
+    new, metrics, _ = one_round(secure, grid)
+    n = sum(sizes(p) for p in range(6))
+    for name in global_model():
+        expected = (
+            sum(sizes(p) * client_update(p)[name].astype(np.float64) for p in range(6))
+            / n
+        )
+        np.testing.assert_allclose(
+            new[name], expected.astype(np.float32), rtol=1e-6, atol=1e-7
+        )
+    expected_loss = sum(sizes(p) * 0.1 * p for p in range(6)) / n
+    assert metrics["train-loss"] == pytest.approx(expected_loss, rel=1e-9)
+    assert secure.modulus_bits == 64
+
+
+def test_secure_flower_fedavg_is_the_weighted_mean():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(
+        FedAvg(fraction_evaluate=0.0, min_train_nodes=6, min_available_nodes=6)
+    )
+    new, metrics, _ = one_round(secure, grid)
+    n = sum(sizes(p) for p in range(6))
+    for name in global_model():
+        expected = (
+            sum(sizes(p) * client_update(p)[name].astype(np.float64) for p in range(6))
+            / n
+        )
+        np.testing.assert_allclose(new[name], expected, rtol=1e-6, atol=1e-7)
+    assert metrics["num-replies"] == 6
+
+
+def test_partial_gradients_count_as_zeros_in_a_secure_sum():
+    grid = LocalGrid(make_app(only_b=True), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    new, _, _ = one_round(secure, grid)
+    np.testing.assert_allclose(new["w"], global_model()["w"], atol=1e-6)
+    expected_b = global_model()["b"] - plain_sum(range(6))["b"]
+    np.testing.assert_allclose(new["b"], expected_b, atol=1e-5)
+
+
+# ------------------------------------------------------------------ what the server sees
+def test_uploads_hold_only_the_masked_vector():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(0.5, min_available_nodes=6))
+    messages = list(
+        secure.configure_train(1, numpy_to_arrays(global_model()), ConfigRecord(), grid)
+    )
+    replies = grid.send_and_receive(messages)
+    for reply in replies:
+        assert not reply.has_error()
+        assert list(reply.content.keys()) == [protocol.SECAGG_RECORD]
+        assert not reply.content.array_records and not reply.content.metric_records
+        record = reply.content[protocol.SECAGG_RECORD]
+        masked = np.frombuffer(record[protocol.SECAGG_MASKED], dtype=np.uint32)
+        layout_length = 15 + 3 + 2
+        assert masked.size == layout_length
+    secure.aggregate_train(1, replies)
+
+
+def test_keys_are_advertised_once_and_masks_change_every_round():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(0.5, min_available_nodes=6))
+    uploads = []
+    for server_round in (1, 2):
+        messages = list(
+            secure.configure_train(
+                server_round, numpy_to_arrays(global_model()), ConfigRecord(), grid
+            )
+        )
+        replies = grid.send_and_receive(messages)
+        uploads.append(
+            replies[0].content[protocol.SECAGG_RECORD][protocol.SECAGG_MASKED]
+        )
+        secure.aggregate_train(server_round, replies)
+    advertise = [
+        m
+        for m in grid.sent
+        if protocol.SECAGG_RECORD in m.content.config_records
+        and m.content[protocol.SECAGG_RECORD][protocol.SECAGG_STAGE]
+        == protocol.STAGE_ADVERTISE
+    ]
+    assert len(advertise) == 6  # round 1 only
+    assert uploads[0] != uploads[1]  # same input, fresh masks
+
+
+def test_bytes_are_accounted_per_stage():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(0.5, min_available_nodes=6))
+    _, metrics, _ = one_round(secure, grid)
+    length = 15 + 3 + 2
+    assert metrics["secagg-bytes-up-advertise"] == 6 * 32
+    assert metrics["secagg-bytes-up-upload"] == 6 * length * 4
+    assert metrics["secagg-bytes-down-keys"] == 6 * 6 * (32 + 8)
+
+
+# ------------------------------------------------------------------ dropouts and groups
+def test_two_clients_crash_mid_round_and_the_survivors_sum_is_recovered():
+    grid = LocalGrid(make_app(crash={1, 4}), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    new, metrics, _ = one_round(secure, grid)
+    survivors = plain_sum([0, 2, 3, 5])
+    for name, theta in global_model().items():
+        np.testing.assert_allclose(new[name], theta - survivors[name], atol=1e-5)
+    assert metrics["secagg-dropped"] == 2
+    assert metrics["num-errors"] == 2
+    assert metrics["num-replies"] == 4
+    assert metrics["secagg-bytes-up-recover"] == 4 * 20 * 4
+
+
+def test_silent_dropouts_are_recovered_too():
+    drop = {
+        node: (lambda m: m.content.array_records != {})
+        for node, p in NODES.items()
+        if p == 3
+    }
+    grid = LocalGrid(make_app(), NODES, drop=drop)
+    secure = SecureAggregation(ModelAveraging(min_available_nodes=6))
+    new, metrics, _ = one_round(secure, grid)
+    kept = [0, 1, 2, 4, 5]
+    n = sum(sizes(p) for p in kept)
+    for name in global_model():
+        expected = (
+            sum(sizes(p) * client_update(p)[name].astype(np.float64) for p in kept) / n
+        )
+        np.testing.assert_allclose(new[name], expected, rtol=1e-6, atol=1e-7)
+    assert metrics["num-missing"] == 1
+
+
+def test_groups_are_summed_separately_and_combined():
+    nodes = {500 + p: p for p in range(10)}
+    grid = LocalGrid(make_app(crash={7}), nodes)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=10), group_size=5)
+    new, metrics, _ = one_round(secure, grid)
+    assert metrics["secagg-groups"] == 2
+    survivors = plain_sum([p for p in range(10) if p != 7])
+    for name, theta in global_model().items():
+        np.testing.assert_allclose(new[name], theta - survivors[name], atol=2e-5)
+
+
+def test_too_few_online_fails_loudly_and_leaves_the_model(caplog):
+    nodes = {10: 0, 11: 1, 12: 2, 13: 3}
+    grid = LocalGrid(make_app(crash={0, 1}), nodes)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=4))
+    with caplog.at_level("ERROR", logger="flwr"):
+        new, metrics, _ = one_round(secure, grid)
+    assert new is None
+    assert metrics["secagg-failed-groups"] == 1
+    assert "global model is unchanged" in caplog.text
+
+
+def test_a_member_failing_recovery_fails_its_group():
+    crash_recovery = {
+        node: (
+            lambda m: (
+                protocol.SECAGG_RECORD in m.content.config_records
+                and m.content[protocol.SECAGG_RECORD][protocol.SECAGG_STAGE]
+                == protocol.STAGE_RECOVER
+            )
+        )
+        for node, p in NODES.items()
+        if p == 0
+    }
+    grid = LocalGrid(make_app(crash={5}), NODES, drop=crash_recovery)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    new, metrics, _ = one_round(secure, grid)
+    assert new is None
+    assert metrics["secagg-failed-groups"] == 1
+
+
+# ------------------------------------------------------------------ malformed uploads
+def tamper(reply: Message, **changes) -> Message:
+    record = ConfigRecord(dict(reply.content[protocol.SECAGG_RECORD]))
+    for key, value in changes.items():
+        record[key.replace("_", "-")] = value
+    meta = reply.metadata
+    return Message(
+        RecordDict({protocol.SECAGG_RECORD: record}),
+        metadata=metadata(meta.src_node_id, message_type="train"),
+    )
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "short",
+        "ragged",
+        "stale-round",
+        "unknown-group",
+        "no-record",
+        "duplicate",
+        "stranger",
+    ],
+)
+def test_malformed_uploads_are_rejected_and_the_round_completes(kind, caplog):
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    messages = list(
+        secure.configure_train(1, numpy_to_arrays(global_model()), ConfigRecord(), grid)
+    )
+    replies = list(grid.send_and_receive(messages))
+    victim = replies[2]
+    masked = victim.content[protocol.SECAGG_RECORD][protocol.SECAGG_MASKED]
+    extra = []
+    if kind == "short":
+        replies[2] = tamper(victim, masked=masked[:-4])
+    elif kind == "ragged":
+        replies[2] = tamper(victim, masked=masked + b"\x00")
+    elif kind == "stale-round":
+        replies[2] = tamper(victim, round=0)
+    elif kind == "unknown-group":
+        replies[2] = tamper(victim, group=7)
+    elif kind == "no-record":
+        replies[2] = Message(
+            RecordDict(), metadata=metadata(victim.metadata.src_node_id)
+        )
+    elif kind == "duplicate":
+        extra = [tamper(victim)]
+    elif kind == "stranger":
+        extra = [Message(victim.content, metadata=metadata(424242))]
+    with caplog.at_level("WARNING", logger="flwr"):
+        arrays, metrics = secure.aggregate_train(1, replies + extra)
+    new = arrays_to_numpy(arrays)
+    assert metrics["num-rejected"] == 1
+    if kind in ("duplicate", "stranger"):
+        included = range(6)
+    else:
+        included = [p for p in range(6) if p != 2]
+        assert metrics["secagg-dropped"] == 1
+    total = plain_sum(included)
+    for name, theta in global_model().items():
+        np.testing.assert_allclose(new[name], theta - total[name], atol=2e-5)
+    assert "secure aggregation" in caplog.text
+
+
+# ------------------------------------------------------------------ composition rules
+@pytest.mark.parametrize(
+    "inner",
+    [
+        Krum(),
+        FedMedian(),
+        DifferentialPrivacyServerSideFixedClipping(FedAvg(), 1.0, 1.0, 3),
+    ],
+    ids=["krum", "median", "server-dp"],
+)
+def test_strategies_needing_individual_updates_are_refused(inner):
+    with pytest.raises(ConfigError, match="individual client updates"):
+        SecureAggregation(inner)
+
+
+def test_unknown_strategies_are_refused():
+    class Custom(Strategy):
+        configure_train = configure_evaluate = aggregate_evaluate = summary = None  # type: ignore[assignment]
+
+        def aggregate_train(self, server_round, replies):  # type: ignore[no-untyped-def]
+            return None, None
+
+    with pytest.raises(ConfigError, match="cannot wrap Custom"):
+        SecureAggregation(Custom())
+
+
+def test_fixed_point_overflow_is_refused_before_sending():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6), scale=2.0**30)
+    with pytest.raises(ConfigError, match="overflow"):
+        list(
+            secure.configure_train(
+                1, numpy_to_arrays(global_model()), ConfigRecord(), grid
+            )
+        )
+    assert not any(
+        protocol.SECAGG_RECORD in m.content.config_records
+        and m.content[protocol.SECAGG_RECORD][protocol.SECAGG_STAGE]
+        == protocol.STAGE_UPLOAD
+        for m in grid.sent
+    )
+
+
+def test_client_over_max_weight_fails_with_a_clear_error():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(ModelAveraging(min_available_nodes=6), max_weight=50)
+    messages = list(
+        secure.configure_train(1, numpy_to_arrays(global_model()), ConfigRecord(), grid)
+    )
+    replies = grid.send_and_receive(messages)
+    errors = [r for r in replies if r.has_error()]
+    assert errors and all("max_weight=50" in r.error.reason for r in errors)
+
+
+def test_mod_passes_other_messages_through():
+    app = make_app()
+    context = LocalGrid(app, NODES).contexts[next(iter(NODES))]
+    msg = Message(
+        RecordDict({"arrays": ArrayRecord(), "config": ConfigRecord()}),
+        metadata=metadata(0, dst=next(iter(NODES))),
+    )
+    reply = app(msg, context)
+    assert "arrays" in reply.content.array_records  # the plain train reply
+
+
+def _recover_message(node: int, round_: int, group: int, dropped: list[int]) -> Message:
+    record = ConfigRecord(
+        {
+            protocol.SECAGG_STAGE: protocol.STAGE_RECOVER,
+            protocol.SECAGG_ROUND: round_,
+            "group": group,
+            protocol.SECAGG_DROPPED: protocol.pack_ids(dropped),
+        }
+    )
+    return Message(
+        RecordDict({protocol.SECAGG_RECORD: record}), metadata=metadata(0, dst=node)
+    )
+
+
+def test_client_refuses_a_second_recovery_and_a_too_small_online_set():
+    grid = LocalGrid(make_app(crash={1}), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    _, metrics, _ = one_round(secure, grid)
+    assert metrics["secagg-dropped"] == 1
+    node = next(n for n, p in NODES.items() if p == 0)
+    crashed = next(n for n, p in NODES.items() if p == 1)
+    # the round's recovery was sent; asking again (e.g. with another dropped set) is refused
+    with pytest.raises(Exception, match="already sent"):
+        grid.app(_recover_message(node, 1, 0, [crashed]), grid.contexts[node])
+    # a fresh round: the server claims all but two members dropped
+    messages = list(
+        secure.configure_train(2, numpy_to_arrays(global_model()), ConfigRecord(), grid)
+    )
+    grid.send_and_receive(messages)
+    others = [n for n in NODES if n not in (node, crashed)][:4]
+    with pytest.raises(Exception, match="recovery refused"):
+        grid.app(_recover_message(node, 2, 0, others), grid.contexts[node])
