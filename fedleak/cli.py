@@ -294,7 +294,11 @@ def bench_secagg(
         )
     _out.print(table)
     prim = Table("N", "L", "client mask ms", "floor ms", "x floor", "server sum ms")
-    for row in report["primitives"] + report["seed_setting"]:
+    for row in [
+        *report["primitives"],
+        report["masking_target"],
+        *report["seed_setting"],
+    ]:
         prim.add_row(
             str(row["n_users"]),
             str(row["length"]),

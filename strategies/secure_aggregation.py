@@ -84,6 +84,7 @@ _PASS_THROUGH_WRAPPERS = (
     DifferentialPrivacyClientSideAdaptiveClipping,
 )
 _KEY_BYTES = 32
+_MIN_AUTO_SCALE = 2.0**20
 
 
 def _innermost(strategy: Strategy) -> Strategy:
@@ -143,8 +144,10 @@ class SecureAggregation(Strategy):
         Fixed-point scale. Default: the largest power of two that cannot
         overflow for the group size and ``max_weight``.
     modulus_bits : {32, 64}, optional
-        Arithmetic modulo ``2**32`` or ``2**64``. Default: 32 for sums, 64 for
-        weighted averages (``n_k * theta_k`` needs the headroom).
+        Arithmetic modulo ``2**32`` or ``2**64``. Default: 32 bits when they
+        still leave a fixed-point resolution of ``2**-20`` for the group size,
+        ``clip`` and ``max_weight`` (e.g. sums of gradients, or weights of 1),
+        else 64 (e.g. ``n_k * theta_k`` with thousands of examples).
     max_weight : float, optional
         Upper bound on a client's weight ``n_k`` (weighted averages only,
         default 10,000); a client above it fails its upload with a clear error.
@@ -185,10 +188,7 @@ class SecureAggregation(Strategy):
             raise ConfigError(f"clip must be > 0, got {clip}")
         if scale is not None and not scale > 0:
             raise ConfigError(f"scale must be > 0, got {scale}")
-        bits = (
-            modulus_bits if modulus_bits is not None else (64 if self.weighted else 32)
-        )
-        if bits not in (32, 64):
+        if modulus_bits not in (None, 32, 64):
             raise ConfigError(f"modulus_bits must be 32 or 64, got {modulus_bits}")
         if max_weight is not None and not max_weight >= 1:
             raise ConfigError(f"max_weight must be >= 1, got {max_weight}")
@@ -198,7 +198,7 @@ class SecureAggregation(Strategy):
             raise ConfigError(f"min_online must be >= 2, got {min_online}")
         self.clip = float(clip)
         self.scale = scale
-        self.modulus_bits = bits
+        self.modulus_bits = modulus_bits
         self.max_weight = float(
             max_weight if max_weight is not None else (1e4 if self.weighted else 1.0)
         )
@@ -219,11 +219,29 @@ class SecureAggregation(Strategy):
     def fixed_point(self, group_size: int) -> FixedPoint:
         """Return the fixed-point encoding for groups of ``group_size``."""
         weight = self.max_weight if self.weighted else 1.0
+        bits = self.modulus_bits
+        if bits is None:
+            # 32-bit words halve the masking work and the upload; keep them when
+            # they fit (explicit scale) or still resolve 2^-20 (automatic scale)
+            bits = 64
+            try:
+                if self.scale is None:
+                    narrow = FixedPoint.auto(
+                        self.clip, group_size, max_weight=weight, modulus_bits=32
+                    )
+                    bits = 32 if narrow.scale >= _MIN_AUTO_SCALE else 64
+                else:
+                    FixedPoint(self.clip, self.scale, 32).check_capacity(
+                        group_size, weight
+                    )
+                    bits = 32
+            except ConfigError:
+                bits = 64
         if self.scale is None:
             return FixedPoint.auto(
-                self.clip, group_size, max_weight=weight, modulus_bits=self.modulus_bits
+                self.clip, group_size, max_weight=weight, modulus_bits=bits
             )
-        fixed = FixedPoint(self.clip, self.scale, self.modulus_bits)
+        fixed = FixedPoint(self.clip, self.scale, bits)
         fixed.check_capacity(group_size, weight)
         return fixed
 
@@ -580,10 +598,10 @@ class SecureAggregation(Strategy):
         log(INFO, "\t├──> Secure aggregation (pairwise masks, seed 000 Ch. 4.1):")
         log(
             INFO,
-            "\t│\t├── %s, clip %g, mod 2^%d, groups of %s, min online %d",
+            "\t│\t├── %s, clip %g, mod 2^%s, groups of %s, min online %d",
             "weighted mean" if self.weighted else "sum",
             self.clip,
-            self.modulus_bits,
+            self.modulus_bits or "auto",
             self.group_size or "all",
             self.min_online,
         )

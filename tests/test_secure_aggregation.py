@@ -137,7 +137,8 @@ def test_secure_model_averaging_is_the_weighted_mean():
         )
     expected_loss = sum(sizes(p) * 0.1 * p for p in range(6)) / n
     assert metrics["train-loss"] == pytest.approx(expected_loss, rel=1e-9)
-    assert secure.modulus_bits == 64
+    assert secure.fixed_point(6).modulus_bits == 64  # n_k * theta_k needs 64 bits
+    assert SecureAggregation(FedAvg(), max_weight=1).fixed_point(30).modulus_bits == 32
 
 
 def test_secure_flower_fedavg_is_the_weighted_mean():
@@ -387,7 +388,9 @@ def test_unknown_strategies_are_refused():
 
 def test_fixed_point_overflow_is_refused_before_sending():
     grid = LocalGrid(make_app(), NODES)
-    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6), scale=2.0**30)
+    secure = SecureAggregation(
+        SyncSGD(1.0, min_available_nodes=6), scale=2.0**30, modulus_bits=32
+    )
     with pytest.raises(ConfigError, match="overflow"):
         list(
             secure.configure_train(

@@ -357,6 +357,8 @@ def run_secagg_bench(
             )
             say(f"primitives N={n} L={length}")
             report["primitives"].append(measure_primitives(n, length))
+    say("client masking N=100 L=100000")
+    report["masking_target"] = measure_primitives(100, 100_000)
     for n in seed_setting:
         say(f"seed setting N={n} L=4896")
         measured: dict[str, Any] = dict(measure_primitives(n, 4896, repeats=3))
