@@ -308,6 +308,17 @@ def bench_secagg(
             f"{row['server_sum_s'] * 1e3:.2f}",
         )
     _out.print(prim)
+    seed_bytes = Table("N", "L", "user->server B", "thesis", "server->user B", "thesis")
+    for row in report["table_4_1"]:
+        seed_bytes.add_row(
+            str(row["n_users"]),
+            str(row["length"]),
+            str(row["user_to_server_bytes"]),
+            str(row["thesis_user_to_tally_bytes"]),
+            str(row["server_to_user_bytes"]),
+            str(row["thesis_tally_to_user_bytes"]),
+        )
+    _out.print(seed_bytes)
     _out.print(f"written: {out}", highlight=False)
 
 

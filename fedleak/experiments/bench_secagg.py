@@ -42,12 +42,53 @@ import numpy as np
 
 import fedleak
 from fedleak.errors import ConfigError
-from fedleak.secagg import GroupTally, KeyPair, agree, derive_seed, expand, mask
+from fedleak.secagg import (
+    FixedPoint,
+    GroupTally,
+    KeyPair,
+    agree,
+    derive_seed,
+    expand,
+    mask,
+    secure_sum,
+)
 
 from .results import write_json_atomic
 from .runner import quiet_flower
 
-__all__ = ["client_vector", "measure_primitives", "run_secagg_bench"]
+__all__ = ["bytes_table", "client_vector", "measure_primitives", "run_secagg_bench"]
+
+#: Seed 000 Table 4.1 (700 programs): users, sketch size L, bytes tally->user,
+#: bytes user->tally.
+THESIS_TABLE_4_1 = ((100, 4896, 3200, 19584), (1000, 486, 32000, 1944))
+
+
+def bytes_table() -> list[dict[str, Any]]:
+    """Measure the bytes per user in the seed's Table 4.1 settings (``secure_sum``).
+
+    Each row runs the whole protocol for N users and a vector of L words
+    (32-bit) and reports what one user sends (its public key, its masked
+    vector) and receives (its group's public keys and ids), next to the
+    thesis' figures.
+    """
+    rows = []
+    for n, length, thesis_down, thesis_up in THESIS_TABLE_4_1:
+        inputs = [np.zeros(length) for _ in range(n)]
+        fixed = FixedPoint.auto(1.0, n, modulus_bits=32)
+        result = secure_sum(inputs, fixed_point=fixed, seed=0)
+        rows.append(
+            {
+                "n_users": n,
+                "length": length,
+                "user_to_server_bytes": result.bytes_up["upload"] // n,
+                "user_key_bytes": result.bytes_up["advertise"] // n,
+                "server_to_user_bytes": result.bytes_down["keys"] // n,
+                "thesis_user_to_tally_bytes": thesis_up,
+                "thesis_tally_to_user_bytes": thesis_down,
+            }
+        )
+    return rows
+
 
 ProgressFn = Callable[[str], None]
 
@@ -357,6 +398,8 @@ def run_secagg_bench(
             )
             say(f"primitives N={n} L={length}")
             report["primitives"].append(measure_primitives(n, length))
+    say("bytes per user in the seed's Table 4.1 settings")
+    report["table_4_1"] = bytes_table()
     say("client masking N=100 L=100000")
     report["masking_target"] = measure_primitives(100, 100_000)
     for n in seed_setting:
