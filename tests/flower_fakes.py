@@ -50,7 +50,32 @@ def error_reply(src: int, reason: str = "boom") -> Message:
     return Message(metadata=metadata(src), error=Error(code=2, reason=reason))
 
 
-class FakeGrid(Grid):
+class _ScriptedGrid(Grid):
+    """The parts of the Grid API the strategies never call in these tests."""
+
+    def set_run(self, run_id: int) -> None:  # type: ignore[override]
+        pass
+
+    @property
+    def run(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # type: ignore[no-untyped-def]
+        return Message(
+            content,
+            dst_node_id=dst_node_id,
+            message_type=message_type,
+            group_id=group_id,
+        )
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+
+class FakeGrid(_ScriptedGrid):
     """A Grid whose nodes answer the identify query from a partition map.
 
     ``appear_after`` makes ``get_node_ids`` return no node for that many calls
@@ -73,33 +98,11 @@ class FakeGrid(Grid):
         self.sent: list[Message] = []
         self.calls = 0
 
-    # Grid API -----------------------------------------------------------
-    def set_run(self, run_id: int) -> None:  # type: ignore[override]
-        pass
-
-    @property
-    def run(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # type: ignore[no-untyped-def]
-        return Message(
-            content,
-            dst_node_id=dst_node_id,
-            message_type=message_type,
-            group_id=group_id,
-        )
-
     def get_node_ids(self) -> list[int]:
         self.calls += 1
         if self.calls <= self.appear_after:
             return []
         return list(self.partitions)
-
-    def push_messages(self, messages):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
 
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
         messages = list(messages)
@@ -127,7 +130,7 @@ class FakeGrid(Grid):
         return out
 
 
-class LocalGrid(Grid):
+class LocalGrid(_ScriptedGrid):
     """An in-process federation: every message is handled by a real ClientApp.
 
     Each node keeps its own ``Context`` across messages (as in Flower), and a
@@ -154,29 +157,8 @@ class LocalGrid(Grid):
         }
         self.sent: list[Message] = []
 
-    def set_run(self, run_id: int) -> None:  # type: ignore[override]
-        pass
-
-    @property
-    def run(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):  # type: ignore[no-untyped-def]
-        return Message(
-            content,
-            dst_node_id=dst_node_id,
-            message_type=message_type,
-            group_id=group_id,
-        )
-
     def get_node_ids(self) -> list[int]:
         return list(self.partitions)
-
-    def push_messages(self, messages):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
 
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
         out = []

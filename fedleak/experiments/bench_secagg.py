@@ -178,7 +178,6 @@ def _federated(
     from flwr.app import (
         Array,
         ArrayRecord,
-        ConfigRecord,
         Context,
         Message,
         MetricRecord,
@@ -187,7 +186,7 @@ def _federated(
     from flwr.client import NumPyClient
     from flwr.client.mod import secaggplus_mod
     from flwr.clientapp import ClientApp
-    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.common import ndarrays_to_parameters
     from flwr.server import LegacyContext, ServerConfig
     from flwr.server.strategy import FedAvg as LegacyFedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
@@ -324,7 +323,6 @@ def _federated(
             for name in names[block % 3 :] + names[: block % 3]:
                 methods[name]()
 
-    _ = parameters_to_ndarrays, ConfigRecord  # imported for the legacy hooks' types
     with quiet_flower(verbose):
         run_simulation(
             server_app=server,
