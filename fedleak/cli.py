@@ -322,6 +322,36 @@ def bench_secagg(
     _out.print(f"written: {out}", highlight=False)
 
 
+#: Benchmark command modules, one per capability: each is
+#: ``fedleak.experiments.cli_<name>`` and defines ``register(bench_app, fail)``,
+#: which adds its ``fedleak bench <name> ...`` commands. Heavy imports stay
+#: inside the commands so ``fedleak --help`` stays fast.
+_BENCH_MODULES: tuple[str, ...] = (
+    "property",
+    "membership",
+    "sketches",
+    "dpgm",
+    "mi",
+    "audit",
+)
+
+
+def _register_bench_modules() -> None:
+    from importlib import import_module
+
+    for name in _BENCH_MODULES:
+        try:
+            module = import_module(f"fedleak.experiments.cli_{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"fedleak.experiments.cli_{name}":
+                raise
+            continue
+        module.register(bench_app, _fail)
+
+
+_register_bench_modules()
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -1,0 +1,1 @@
+"""Privacy-preserving synthetic data (seed 003)."""
