@@ -1,0 +1,523 @@
+"""``fedleak bench audit``: auditing DP-SGD with the DI adversary (seed 002 Section 6).
+
+For each dataset, target posterior-belief bound ``rho_beta`` (seed 002 Table 3:
+0.52, 0.75, 0.9, 0.99), neighbour type (bounded: replace a record;
+unbounded: remove one) and sensitivity (local: noise scaled to
+``||g(D) - g(D')||`` at each step; global: to ``C`` or ``2C``), the bench
+
+1. turns ``rho_beta`` into epsilon and the DP-SGD noise multiplier
+   (:func:`fedleak.privacy.identifiability.plan_dp_sgd`: Eq. 10 and the RDP
+   tail bound of Theorem 1 ii);
+2. picks ``D'`` by dataset sensitivity (Definition 6, Eqs. 18 and 20) with the
+   dissimilarity the seed found best for the data (SSIM for images,
+   Manhattan for tabular data);
+3. trains ``repetitions`` times with full-batch DP-SGD while
+   :class:`fedleak.attacks.audit.DIAdversary` updates its posterior belief
+   after every step;
+4. reports the analytic ``rho_alpha`` of the run, the empirical advantage with
+   its Wilson 95 % interval, the fraction of final beliefs above ``rho_beta``
+   (allowed: ``delta``), the empirical epsilon three ways (Section 5.3) and
+   the loss-threshold MI adversary's advantage on the same models (the peer,
+   seed 002 Fig. 7d-9d).
+
+Datasets: scikit-learn's digits (8x8 images), scikit-learn's breast-cancer
+table (30 standardised features; the stand-in for Adult) and, when
+installed, Fashion-MNIST pooled to 14x14. ``D`` is a random subset of
+``train_size`` records (seed 002 uses 100 for MNIST); bounded replacements
+come from the rest of the data.
+
+Output: ``FILE.json`` (schema below) and the plots ``FILE-advantage.png``
+(empirical advantage vs analytic ``rho_alpha``) and ``FILE-epsilon.png``
+(empirical vs target epsilon), written atomically.
+
+JSON schema, version 1::
+
+    {"schema_version": 1, "bench": "audit", "created": str,
+     "versions": {...}, "parameters": {...}, "seed": int,
+     "rows": [{"dataset", "bounded", "sensitivity", "rho_beta", "epsilon",
+               "delta", "noise_multiplier", "rho_alpha", "rho_alpha_theorem2",
+               "advantage", "advantage_ci", "advantage_within_ci",
+               "belief_violation_rate", "belief_violation_ci",
+               "violations_allowed", "epsilon_from_sensitivity",
+               "epsilon_from_belief", "epsilon_from_advantage",
+               "epsilon_from_advantage_eq15", "mi_advantage",
+               "di_over_mi_advantage", "mean_local_sensitivity",
+               "global_sensitivity", "wall_s", ...}],
+     "summary": {"local_within_ci": "a/b", "median_abs_gap_local": float,
+                 "median_abs_gap_global": float, "violations_ok": "a/b",
+                 "median_di_over_mi": float, "median_wall_s": float},
+     "plots": [str], "complete": bool, "wall_s": float}
+
+The file is rewritten after every configuration (``"complete": false``, no
+summary yet), so an interrupted run keeps what it computed.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+import fedleak
+from fedleak.errors import ConfigError, DataError
+
+from .results import write_atomic, write_json_atomic
+
+__all__ = ["AUDIT_DATASETS", "AuditTask", "load_audit_task", "run_audit_bench"]
+
+AUDIT_DATASETS: tuple[str, ...] = ("digits", "breast-cancer", "fashion-mnist")
+DEFAULT_RHO_BETAS: tuple[float, ...] = (0.52, 0.75, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class AuditTask:
+    """One dataset prepared for the audit.
+
+    Attributes
+    ----------
+    name : str
+        Dataset name.
+    x, y : numpy.ndarray
+        The training set ``D``.
+    pool_x, pool_y : numpy.ndarray
+        Records outside ``D`` (bounded replacements).
+    hidden : tuple of int
+        Hidden widths of the audited MLP (empty: a linear model).
+    num_classes : int
+        Output classes.
+    measure : str
+        Dissimilarity used for dataset sensitivity.
+    image_shape : tuple of int or None
+        For SSIM.
+    """
+
+    name: str
+    x: NDArray[np.float32]
+    y: NDArray[np.int64]
+    pool_x: NDArray[np.float32]
+    pool_y: NDArray[np.int64]
+    hidden: tuple[int, ...]
+    num_classes: int
+    measure: str
+    image_shape: tuple[int, int] | None
+
+
+def load_audit_task(name: str, train_size: int, pool_size: int, seed: int) -> AuditTask:
+    """Load ``name`` and draw ``D`` (``train_size``) and a replacement pool."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA0D17]))
+    shape: tuple[int, int] | None
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        data_x, data_y = load_digits(return_X_y=True)
+        x_all = (data_x / 16.0).astype(np.float32)
+        hidden: tuple[int, ...] = ()
+        measure, shape = "ssim", (8, 8)
+    elif name == "breast-cancer":
+        from sklearn.datasets import load_breast_cancer
+
+        data_x, data_y = load_breast_cancer(return_X_y=True)
+        x_all = ((data_x - data_x.mean(0)) / data_x.std(0)).astype(np.float32)
+        hidden, measure, shape = (6, 6), "manhattan", None
+    elif name == "fashion-mnist":
+        import torch
+
+        from fedleak.data import load_dataset
+
+        ds = load_dataset("fashion-mnist")
+        take = rng.choice(ds.num_train, train_size + pool_size, replace=False)
+        pooled = torch.nn.functional.avg_pool2d(torch.as_tensor(ds.x_train[take]), 2)
+        x_all = pooled.reshape(len(take), -1).numpy().astype(np.float32)
+        data_y = ds.y_train[take]
+        hidden, measure, shape = (), "ssim", (14, 14)
+    else:
+        raise ConfigError(
+            f"unknown audit dataset {name!r}; choose from {list(AUDIT_DATASETS)}"
+        )
+    y_all = np.asarray(data_y, dtype=np.int64)
+    if train_size + pool_size > len(x_all):
+        raise ConfigError(
+            f"{name} has {len(x_all)} records; train_size + pool_size = "
+            f"{train_size + pool_size} is too many"
+        )
+    perm = rng.permutation(len(x_all))
+    d_idx, pool_idx = perm[:train_size], perm[train_size : train_size + pool_size]
+    return AuditTask(
+        name=name,
+        x=x_all[d_idx],
+        y=y_all[d_idx],
+        pool_x=x_all[pool_idx],
+        pool_y=y_all[pool_idx],
+        hidden=hidden,
+        num_classes=int(y_all.max()) + 1,
+        measure=measure,
+        image_shape=shape,
+    )
+
+
+def _factory(
+    num_inputs: int, hidden: Sequence[int], num_classes: int
+) -> Callable[[int], Any]:
+    import torch
+    from torch import nn
+
+    def build(seed: int) -> nn.Module:
+        """Build the MLP with PyTorch's default ``Linear`` initialisation.
+
+        Drawn from a private ``torch.Generator``: seeding the global RNG
+        (``torch.manual_seed``) costs milliseconds per call, which adds up
+        over thousands of audited trainings.
+        """
+        gen = torch.Generator().manual_seed(seed)
+        layers: list[nn.Module] = []
+        width = num_inputs
+        for h in [*hidden, num_classes]:
+            layer = nn.Linear(width, h)
+            bound = 1.0 / math.sqrt(width)
+            with torch.no_grad():
+                layer.weight.uniform_(-bound, bound, generator=gen)
+                layer.bias.uniform_(-bound, bound, generator=gen)
+            layers += [layer, nn.ReLU()]
+            width = h
+        return nn.Sequential(*layers[:-1])
+
+    return build
+
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedleak.privacy.identifiability import composed_gaussian_advantage
+
+    datasets = sorted({r["dataset"] for r in rows})
+    kinds = [(True, "bounded"), (False, "unbounded")]
+    paths = []
+    fig, axes = plt.subplots(
+        len(datasets), 2, figsize=(10, 3.2 * len(datasets)), squeeze=False
+    )
+    for i, name in enumerate(datasets):
+        for j, (bounded, label) in enumerate(kinds):
+            ax = axes[i][j]
+            for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
+                sel = [
+                    r
+                    for r in rows
+                    if r["dataset"] == name
+                    and r["bounded"] == bounded
+                    and r["sensitivity"] == sens
+                ]
+                if not sel:
+                    continue
+                xs = [r["rho_beta"] for r in sel]
+                ys = [r["advantage"] for r in sel]
+                err = np.array(
+                    [
+                        [
+                            r["advantage"] - r["advantage_ci"][0],
+                            r["advantage_ci"][1] - r["advantage"],
+                        ]
+                        for r in sel
+                    ]
+                ).T
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err,
+                    fmt="o",
+                    color=color,
+                    capsize=3,
+                    label=f"DI, {sens} sensitivity",
+                )
+                ax.plot(
+                    xs,
+                    [r["mi_advantage"] for r in sel],
+                    "x",
+                    color=color,
+                    alpha=0.6,
+                    label=f"loss MI, {sens}",
+                )
+            sel = [r for r in rows if r["dataset"] == name and r["bounded"] == bounded]
+            if sel:
+                grid = sorted({r["rho_beta"] for r in sel})
+                ref = {r["rho_beta"]: r for r in sel}
+                ax.plot(
+                    grid,
+                    [
+                        composed_gaussian_advantage(
+                            ref[g]["noise_multiplier"], ref[g]["steps"]
+                        )
+                        for g in grid
+                    ],
+                    "--",
+                    color="tab:green",
+                    label="analytic rho_alpha",
+                )
+            ax.set(title=f"{name}, {label}", xlabel="rho_beta", ylabel="advantage")
+            ax.grid(alpha=0.3)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    adv_path = out.with_name(f"{out.stem}-advantage.png")
+    write_atomic(adv_path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    paths.append(str(adv_path))
+
+    ways = [
+        ("epsilon_from_sensitivity", "from sensitivity"),
+        ("epsilon_from_belief", "from posterior belief"),
+        ("epsilon_from_advantage", "from advantage"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), squeeze=False)
+    top = max(r["epsilon"] for r in rows) * 1.3
+    for k, (key, title) in enumerate(ways):
+        ax = axes[0][k]
+        for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
+            sel = [
+                r for r in rows if r["sensitivity"] == sens and math.isfinite(r[key])
+            ]
+            ax.plot(
+                [r["epsilon"] for r in sel],
+                [r[key] for r in sel],
+                "o",
+                color=color,
+                alpha=0.7,
+                label=sens,
+            )
+        ax.plot([0, top], [0, top], "--", color="tab:green", label="ideal")
+        ax.set(
+            title=f"empirical epsilon {title}",
+            xlabel="target epsilon",
+            ylabel="empirical epsilon",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    eps_path = out.with_name(f"{out.stem}-epsilon.png")
+    write_atomic(eps_path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    paths.append(str(eps_path))
+    return paths
+
+
+def run_audit_bench(
+    out: str | Path,
+    *,
+    quick: bool = False,
+    datasets: Sequence[str] | None = None,
+    rho_betas: Sequence[float] = DEFAULT_RHO_BETAS,
+    repetitions: int | None = None,
+    steps: int | None = None,
+    train_size: int | None = None,
+    delta: float = 0.01,
+    lr: float = 0.5,
+    max_grad_norm: float = 1.0,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the audit bench and write ``out`` (JSON) and its plots.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        JSON file to write.
+    quick : bool, default=False
+        CI-sized defaults: digits and breast cancer, 60 repetitions, 5 steps,
+        ``|D| = 30``. Otherwise 1,000 repetitions, 30 steps, ``|D| = 100``
+        and Fashion-MNIST too when installed.
+    datasets : sequence of str, optional
+        Subset of :data:`AUDIT_DATASETS`.
+    rho_betas : sequence of float
+        Target posterior-belief bounds.
+    repetitions, steps, train_size : int, optional
+        Override the defaults above.
+    delta : float, default=0.01
+        Seed 002 uses 0.01 for |D| = 100.
+    lr, max_grad_norm : float
+        DP-SGD learning rate and clipping norm.
+    seed : int, default=0
+        Root seed.
+    progress : callable, optional
+        Receives one line of text per configuration.
+
+    Returns
+    -------
+    dict
+        The JSON document.
+    """
+    import torch
+
+    from fedleak.attacks.audit import DIAdversary
+    from fedleak.attacks.audit_neighbours import most_dissimilar_neighbours
+    from fedleak.data import find_data_dir
+    from fedleak.privacy.identifiability import plan_dp_sgd
+
+    out = Path(out)
+    if not out.parent.exists():
+        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    reps = repetitions or (60 if quick else 1000)
+    n_steps = steps or (5 if quick else 30)
+    size = train_size or (30 if quick else 100)
+    if reps < 10 or n_steps < 1 or size < 4:
+        raise ConfigError("need repetitions >= 10, steps >= 1 and train_size >= 4")
+    if not rho_betas or any(not 0.5 < r < 1 for r in rho_betas):
+        raise ConfigError(f"rho_betas must lie in (0.5, 1); got {list(rho_betas)}")
+    if datasets is None:
+        names = ["digits", "breast-cancer"]
+        if not quick:
+            try:
+                find_data_dir("fashion-mnist")
+                names.append("fashion-mnist")
+            except DataError:
+                pass
+    else:
+        names = list(datasets)
+    unknown = [n for n in names if n not in AUDIT_DATASETS]
+    if unknown:
+        raise ConfigError(
+            f"unknown datasets {unknown}; choose from {list(AUDIT_DATASETS)}"
+        )
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    started = time.perf_counter()
+    plans = {rb: plan_dp_sgd(rb, delta, steps=n_steps) for rb in rho_betas}
+    rows: list[dict[str, Any]] = []
+    report_doc: dict[str, Any] = {
+        "schema_version": 1,
+        "bench": "audit",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": {
+            "fedleak": fedleak.__version__,
+            "torch": version("torch"),
+            "numpy": version("numpy"),
+            "dp-accounting": version("dp-accounting"),
+            "python": platform.python_version(),
+        },
+        "parameters": {
+            "quick": quick,
+            "datasets": names,
+            "rho_betas": list(rho_betas),
+            "repetitions": reps,
+            "steps": n_steps,
+            "train_size": size,
+            "delta": delta,
+            "lr": lr,
+            "max_grad_norm": max_grad_norm,
+            "noise_multipliers": {
+                str(rb): p.noise_multiplier for rb, p in plans.items()
+            },
+        },
+        "seed": seed,
+        "rows": rows,
+        "summary": {},
+        "plots": [],
+        "complete": False,
+        "wall_s": 0.0,
+    }
+    for i, name in enumerate(names):
+        task = load_audit_task(name, size, min(200, 4 * size), seed)
+        factory = _factory(task.x.shape[1], task.hidden, task.num_classes)
+        # Repetitions per batch: about 20M per-example gradient entries.
+        num_params = sum(p.numel() for p in factory(0).parameters())
+        chunk = max(8, min(256, 20_000_000 // ((size + 1) * num_params)))
+        for bounded in (False, True):
+            nb = most_dissimilar_neighbours(
+                task.x,
+                task.y,
+                bounded=bounded,
+                measure=task.measure,
+                candidates_x=task.pool_x if bounded else None,
+                candidates_y=task.pool_y if bounded else None,
+                image_shape=task.image_shape,
+            )
+            for sensitivity in ("local", "global"):
+                for j, rb in enumerate(rho_betas):
+                    plan = plans[rb]
+                    # Independent runs per (dataset, rho_beta); local and global
+                    # share theirs (a paired comparison).
+                    run_seed = int(
+                        np.random.SeedSequence([seed, i, j]).generate_state(1)[0]
+                    )
+                    t0 = time.perf_counter()
+                    adversary = DIAdversary(
+                        factory,
+                        nb,
+                        steps=n_steps,
+                        lr=lr,
+                        max_grad_norm=max_grad_norm,
+                        noise_multiplier=plan.noise_multiplier,
+                        sensitivity=sensitivity,
+                        chunk_size=chunk,
+                    )
+                    report = adversary.audit(
+                        reps, seed=run_seed, epsilon=plan.epsilon, delta=delta
+                    )
+                    wall = time.perf_counter() - t0
+                    row = {"dataset": name, **report.as_dict()}
+                    row.update(
+                        {
+                            "rho_alpha_theorem2": plan.rho_alpha,
+                            "advantage_within_ci": report.advantage_consistent,
+                            "violations_allowed": delta,
+                            "violations_ok": report.belief_violation_ci[0] <= delta,
+                            "di_over_mi_advantage": (
+                                report.advantage / report.mi_advantage
+                                if report.mi_advantage > 0
+                                else None
+                            ),
+                            "differing_record": nb.index,
+                            "dissimilarity": task.measure,
+                            "wall_s": wall,
+                        }
+                    )
+                    row["rho_beta"] = rb
+                    rows.append(row)
+                    # Keep what was computed if the run is interrupted later.
+                    report_doc["wall_s"] = time.perf_counter() - started
+                    write_json_atomic(out, report_doc)
+                    if progress is not None:
+                        progress(
+                            f"{name} {'bounded' if bounded else 'unbounded'} "
+                            f"{sensitivity} rho_beta={rb}: adv {report.advantage:.3f} "
+                            f"[{report.advantage_ci[0]:.3f}, "
+                            f"{report.advantage_ci[1]:.3f}] vs rho_alpha "
+                            f"{report.rho_alpha:.3f}, violations "
+                            f"{report.belief_violation_rate:.3f}, {wall:.1f}s"
+                        )
+    local = [r for r in rows if r["sensitivity"] == "local"]
+    glob = [r for r in rows if r["sensitivity"] == "global"]
+    ratios = [
+        r["di_over_mi_advantage"] for r in rows if r["di_over_mi_advantage"] is not None
+    ]
+    summary = {
+        "local_within_ci": (
+            f"{sum(r['advantage_within_ci'] for r in local)}/{len(local)}"
+        ),
+        "median_abs_gap_local": statistics.median(
+            abs(r["advantage"] - r["rho_alpha"]) for r in local
+        ),
+        "median_abs_gap_global": statistics.median(
+            abs(r["advantage"] - r["rho_alpha"]) for r in glob
+        ),
+        "violations_ok": f"{sum(r['violations_ok'] for r in rows)}/{len(rows)}",
+        "max_violation_rate": max(r["belief_violation_rate"] for r in rows),
+        "median_di_over_mi": statistics.median(ratios) if ratios else None,
+        "median_wall_s": statistics.median(r["wall_s"] for r in rows),
+    }
+    report_doc["summary"] = summary
+    report_doc["complete"] = True
+    report_doc["plots"] = _plot(rows, out)
+    report_doc["wall_s"] = time.perf_counter() - started
+    write_json_atomic(out, report_doc)
+    return report_doc

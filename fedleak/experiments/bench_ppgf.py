@@ -1,0 +1,554 @@
+"""``fedleak bench ppgf``: seed 003's framework against membership inference.
+
+Analogue of seed 003 Tables 3-6 on small CPU-sized subsets. The data owner
+holds ``members`` source records; a downstream classifier (an MLP) is
+trained on
+
+``source``
+    the source records themselves (seed 003's BS baseline);
+``reconstruction``
+    the VAE's non-private reconstructions (N-PPGF, ``epsilon = inf``);
+``ppgf``
+    the private synthetic data of :class:`fedleak.synth.latent.LatentSynthesizer`
+    at each d_x privacy level ``epsilon`` (labels by label transfer);
+``reference``
+    disjoint records (none of the members): a control whose AUC is the
+    chance level of this particular member/non-member split;
+``dp-sgd``
+    the source records with DP-SGD (:func:`fedleak.privacy.dpsgd.dp_sgd_train`)
+    at the same epsilon (``delta = 1e-5``, noise multiplier from
+    :func:`fedleak.privacy.accounting.sgm_noise_multiplier`), seed 003's
+    matched-budget comparison (Table 4). The two epsilons are different
+    notions; each PPGF row also gives ``epsilon_dp = epsilon * sensitivity``,
+    the indistinguishability of any two source records.
+
+Each model is then attacked on the source members and as many non-members:
+
+* black box: the shadow-model attack of Shokri et al.
+  (:class:`fedleak.attacks.mi_classifier.ShadowModelAttack`), shadows trained
+  on disjoint raw data with the same procedure (the attacker does not know the
+  framework, seed 003 Section 3.2);
+* loss threshold: Yeom et al.
+  (:class:`~fedleak.attacks.mi_classifier.LossThresholdAttack`),
+  threshold calibrated on the shadow models' members;
+* white-box style: the norm of the per-record gradient of the loss with respect
+  to all weights (smaller for members), the signal the white-box attack of
+  Nasr et al. used in seed 003 Section 5.3.2 reads from the last layers.
+
+Reported per model: train/test accuracy, and AUC, precision, recall and
+advantage of each attack. Plots: ``FILE-utility.png`` (test accuracy vs
+epsilon) and ``FILE-mi.png`` (AUC vs epsilon).
+
+JSON schema, version 1::
+
+    {"schema_version": 1, "bench": "ppgf", "created": str, "versions": {...},
+     "parameters": {...}, "seed": int,
+     "setup": {"latent_sensitivity": float, "vae_fit_s": float,
+               "shadow_fit_s": float},
+     "rows": [{"method", "epsilon", "epsilon_dp", "noise_multiplier",
+               "train_accuracy", "test_accuracy", "label_agreement",
+               "black_box": {"auc", "precision", "recall", "advantage"},
+               "loss_threshold": {...}, "white_box": {"auc"}, "wall_s"}],
+     "summary": {...}, "plots": [str], "complete": bool, "wall_s": float}
+
+The file is rewritten after every trained model (``"complete": false``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+import fedleak
+from fedleak.errors import ConfigError, DataError
+
+from .results import write_atomic, write_json_atomic
+
+__all__ = ["gradient_norm_scores", "run_ppgf_bench"]
+
+DELTA_DPSGD = 1e-5
+
+
+def gradient_norm_scores(
+    model: Any, x: NDArray[np.floating], y: NDArray[np.integer]
+) -> NDArray[np.float64]:
+    """White-box membership scores: minus the per-record loss-gradient norm.
+
+    Members of the training set sit near a minimum of their own loss, so the
+    gradient of ``loss(f(x), y)`` with respect to all weights is smaller for
+    them (the gradient features of Nasr et al., used by seed 003 Section
+    5.3.2); higher score = more likely a member.
+    """
+    import torch
+    from torch.func import functional_call, grad, vmap
+    from torch.nn import functional as F
+
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(
+        p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
+    ) -> torch.Tensor:
+        return F.cross_entropy(
+            functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)
+        )
+
+    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
+    xs = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    ys = torch.as_tensor(np.asarray(y, dtype=np.int64))
+    norms = []
+    for start in range(0, len(xs), 256):
+        g = per_example(params, xs[start : start + 256], ys[start : start + 256])
+        sq = sum(v.reshape(v.shape[0], -1).pow(2).sum(dim=1) for v in g.values())
+        norms.append(torch.sqrt(torch.as_tensor(sq)).numpy())
+    return -np.concatenate(norms).astype(np.float64)
+
+
+def _split(
+    dataset: str, members: int, seed: int
+) -> tuple[dict[str, tuple[NDArray[np.float32], NDArray[np.int64]]], tuple[int, ...]]:
+    from fedleak.data import load_dataset
+
+    ds = load_dataset(dataset)
+    x = np.concatenate([ds.x_train, ds.x_test])
+    y = np.concatenate([ds.y_train, ds.y_test]).astype(np.int64)
+    need = 2 * members + 2 * members + min(2000, members)
+    if need > len(x):
+        raise ConfigError(
+            f"{dataset} has {len(x)} records; {members} members need {need} "
+            "(members, non-members, shadow data, test); lower --members"
+        )
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9961]))
+    perm = rng.permutation(len(x))
+    cuts = np.cumsum([members, members, 2 * members, min(2000, members)])
+    parts = np.split(perm[: cuts[-1]], cuts[:-1])
+    names = ("members", "nonmembers", "shadow", "test")
+    return (
+        {
+            k: (x[idx].astype(np.float32), y[idx])
+            for k, idx in zip(names, parts, strict=True)
+        },
+        tuple(int(s) for s in ds.x_train.shape[1:]),
+    )
+
+
+def _auc_of(attack: str) -> Callable[[dict[str, Any]], float]:
+    def get(row: dict[str, Any]) -> float:
+        return float(row[attack]["auc"])
+
+    return get
+
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(
+        method: str, key: Callable[[dict[str, Any]], float]
+    ) -> tuple[list[float], list[float]]:
+        sel = sorted(
+            (r for r in rows if r["method"] == method), key=lambda r: r["epsilon"]
+        )
+        return [r["epsilon"] for r in sel], [key(r) for r in sel]
+
+    def flat(method: str, key: Callable[[dict[str, Any]], float]) -> float | None:
+        sel = [r for r in rows if r["method"] == method]
+        return key(sel[0]) if sel else None
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, color in (("ppgf", "tab:red"), ("dp-sgd", "tab:blue")):
+        ax.plot(
+            *series(method, lambda r: r["test_accuracy"]),
+            "o-",
+            color=color,
+            label=method,
+        )
+    for method, style in (
+        ("reference", "-."),
+        ("source", ":"),
+        ("reconstruction", "--"),
+    ):
+        value = flat(method, lambda r: r["test_accuracy"])
+        if value is not None:
+            ax.axhline(value, linestyle=style, color="gray", label=method)
+    ax.set(
+        xscale="log",
+        xlabel="epsilon",
+        ylabel="test accuracy",
+        title="downstream utility",
+        ylim=(0, 1),
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out.with_name(f"{out.stem}-utility.png")
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    paths.append(str(path))
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), sharey=True)
+    for ax, (attack, title) in zip(
+        axes,
+        (
+            ("black_box", "shadow model (black box)"),
+            ("loss_threshold", "loss threshold"),
+            ("white_box", "gradient norm (white box)"),
+        ),
+        strict=True,
+    ):
+        auc = _auc_of(attack)
+        for method, color in (("ppgf", "tab:red"), ("dp-sgd", "tab:blue")):
+            ax.plot(
+                *series(method, auc),
+                "o-",
+                color=color,
+                label=method,
+            )
+        for method, style in (
+            ("reference", "-."),
+            ("source", ":"),
+            ("reconstruction", "--"),
+        ):
+            value = flat(method, auc)
+            if value is not None:
+                ax.axhline(value, linestyle=style, color="gray", label=method)
+        ax.axhline(0.5, color="black", linewidth=0.6)
+        ax.set(xscale="log", xlabel="epsilon", title=title)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("MI AUC")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    path = out.with_name(f"{out.stem}-mi.png")
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    paths.append(str(path))
+    return paths
+
+
+def run_ppgf_bench(
+    out: str | Path,
+    *,
+    quick: bool = False,
+    dataset: str | None = None,
+    epsilons: Sequence[float] | None = None,
+    members: int | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the PPGF bench and write ``out`` (JSON) and its plots.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        JSON file to write.
+    quick : bool, default=False
+        CI-sized: digits, 200 members, epsilons (2, 10), 10 epochs.
+    dataset : str, optional
+        ``"fashion-mnist"`` (default when installed, as in seed 003) or
+        ``"digits"``.
+    epsilons : sequence of float, optional
+        d_x privacy levels of the PPGF rows (and the DP-SGD epsilons).
+    members : int, optional
+        Source records (default 2,000; 200 with ``quick``).
+    seed : int, default=0
+        Root seed.
+    progress : callable, optional
+        Receives one line of text per trained model.
+
+    Returns
+    -------
+    dict
+        The JSON document.
+    """
+    import torch
+
+    from fedleak.data import find_data_dir
+
+    out = Path(out)
+    if not out.parent.exists():
+        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    if dataset is None:
+        dataset = "digits"
+        if not quick:
+            try:
+                find_data_dir("fashion-mnist")
+                dataset = "fashion-mnist"
+            except DataError:
+                pass
+    if dataset not in ("digits", "fashion-mnist", "mnist"):
+        raise ConfigError(
+            f"dataset must be digits, fashion-mnist or mnist; got {dataset!r}"
+        )
+    n_members = members or (200 if quick else 2000)
+    eps_grid = (
+        tuple(epsilons)
+        if epsilons
+        else ((2.0, 10.0) if quick else (1.0, 2.0, 5.0, 10.0, 20.0))
+    )
+    if any(not e > 0 or math.isinf(e) for e in eps_grid):
+        raise ConfigError(f"epsilons must be finite and > 0; got {list(eps_grid)}")
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    # dp-accounting logs one warning per unconverged fractional RDP order.
+    absl_logger = logging.getLogger("absl")
+    absl_level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        return _run(out, quick, dataset, eps_grid, n_members, seed, progress)
+    finally:
+        absl_logger.setLevel(absl_level)
+
+
+def _run(
+    out: Path,
+    quick: bool,
+    dataset: str,
+    eps_grid: tuple[float, ...],
+    n_members: int,
+    seed: int,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    import torch
+    from torch import nn
+
+    from fedleak.attacks.mi_classifier import (
+        DPSGDProcedure,
+        LossThresholdAttack,
+        SGDProcedure,
+        ShadowModelAttack,
+        TorchClassifier,
+        evaluate_membership,
+    )
+    from fedleak.privacy.accounting import sgm_noise_multiplier
+    from fedleak.synth.latent import LatentSynthesizer
+
+    started = time.perf_counter()
+    splits, shape = _split(dataset, n_members, seed)
+    flat = {k: (v[0].reshape(len(v[0]), -1), v[1]) for k, v in splits.items()}
+    dim = flat["members"][0].shape[1]
+    small = dim <= 64
+    hidden_target = 64 if small else 128
+    epochs = 10 if quick else 30
+    batch = 32 if quick else 64
+    lr = 0.1
+
+    def factory(s: int) -> nn.Module:
+        state = torch.random.get_rng_state()
+        torch.manual_seed(s)
+        model = nn.Sequential(
+            nn.Linear(dim, hidden_target), nn.ReLU(), nn.Linear(hidden_target, 10)
+        )
+        torch.random.set_rng_state(state)
+        return model
+
+    procedure = SGDProcedure(factory, epochs=epochs, batch_size=batch, lr=lr)
+    say = progress or (lambda _text: None)
+
+    # The attacker's shadow models (raw data, same procedure), fitted once.
+    t0 = time.perf_counter()
+    shadow = ShadowModelAttack(
+        procedure,
+        num_classes=10,
+        num_shadows=1 if quick else 2,
+        shadow_size=n_members,
+        seed=seed,
+    )
+    s_probs, s_labels, s_member = shadow.shadow_records(*flat["shadow"])
+    shadow.fit_attack_models(s_probs, s_labels, s_member)
+    loss_attack = LossThresholdAttack().calibrate(s_probs[s_member], s_labels[s_member])
+    shadow_s = time.perf_counter() - t0
+    say(f"shadow models: {shadow_s:.1f}s")
+
+    # The data owner's extractor/reconstructor and label model.
+    t0 = time.perf_counter()
+    synth = LatentSynthesizer(
+        hidden=(128,) if small else (400,),
+        latent_dim=8 if small else 20,
+        epochs=60 if small else (10 if quick else 30),
+        batch_size=32 if small else 64,
+        lr=3e-3 if small else 1e-3,
+    ).fit(splits["members"][0], splits["members"][1], seed=seed)
+    vae_s = time.perf_counter() - t0
+    say(
+        f"VAE + label transfer fitted: {vae_s:.1f}s, "
+        f"sensitivity {synth.sensitivity:.2f}"
+    )
+
+    def attack_row(target: TorchClassifier, eps: float) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for key, attack in (("black_box", shadow), ("loss_threshold", loss_attack)):
+            ev = evaluate_membership(
+                target,
+                attack,
+                flat["members"],
+                flat["nonmembers"],
+                flat["test"],
+                epsilon=eps,
+            )
+            row["train_accuracy"], row["test_accuracy"] = (
+                ev.train_accuracy,
+                ev.test_accuracy,
+            )
+            row[key] = {
+                "auc": ev.auc,
+                "precision": ev.precision,
+                "recall": ev.recall,
+                "advantage": ev.advantage,
+            }
+        from sklearn.metrics import roc_auc_score
+
+        xq = np.concatenate([flat["members"][0], flat["nonmembers"][0]])
+        yq = np.concatenate([flat["members"][1], flat["nonmembers"][1]])
+        truth = np.repeat([True, False], [n_members, n_members])
+        row["white_box"] = {
+            "auc": float(
+                roc_auc_score(truth, gradient_norm_scores(target.model, xq, yq))
+            )
+        }
+        return row
+
+    rows: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
+        "schema_version": 1,
+        "bench": "ppgf",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": {
+            "fedleak": fedleak.__version__,
+            "torch": version("torch"),
+            "numpy": version("numpy"),
+            "scikit-learn": version("scikit-learn"),
+            "opacus": version("opacus"),
+            "python": platform.python_version(),
+        },
+        "parameters": {
+            "quick": quick,
+            "dataset": dataset,
+            "image_shape": list(shape),
+            "members": n_members,
+            "epsilons": list(eps_grid),
+            "target": (
+                f"MLP {dim}-{hidden_target}-10, SGD lr {lr}, batch {batch}, "
+                f"{epochs} epochs"
+            ),
+            "vae": f"{dim}-{synth.hidden}-{synth.latent_dim}, {synth.epochs} epochs",
+            "dpsgd_delta": DELTA_DPSGD,
+            "shadow_models": shadow.num_shadows,
+        },
+        "seed": seed,
+        "setup": {
+            "latent_sensitivity": synth.sensitivity,
+            "vae_fit_s": vae_s,
+            "shadow_fit_s": shadow_s,
+        },
+        "rows": rows,
+        "summary": {},
+        "plots": [],
+        "complete": False,
+        "wall_s": 0.0,
+    }
+    runs: list[tuple[str, float]] = [
+        ("reference", math.inf),
+        ("source", math.inf),
+        ("reconstruction", math.inf),
+    ]
+    runs += [("ppgf", e) for e in eps_grid] + [("dp-sgd", e) for e in eps_grid]
+    model_seed = seed + 101
+    for method, eps in runs:
+        t0 = time.perf_counter()
+        extra: dict[str, Any] = {
+            "epsilon_dp": None,
+            "noise_multiplier": None,
+            "label_agreement": None,
+        }
+        if method == "reference":
+            # Trained on disjoint data: its AUC is the chance level of this
+            # particular member/non-member split (a split-bias control).
+            ref_x, ref_y = flat["shadow"]
+            target = procedure(ref_x[:n_members], ref_y[:n_members], model_seed)
+        elif method == "source":
+            target = procedure(*flat["members"], model_seed)
+        elif method == "dp-sgd":
+            steps = epochs * math.ceil(n_members / batch)
+            z = sgm_noise_multiplier(eps, DELTA_DPSGD, batch / n_members, steps)
+            target = DPSGDProcedure(
+                factory,
+                noise_multiplier=z,
+                epochs=epochs,
+                batch_size=batch,
+                lr=lr,
+                delta=DELTA_DPSGD,
+            )(*flat["members"], model_seed)
+            extra.update(noise_multiplier=z, epsilon_dp=target.epsilon)
+        else:
+            data = synth.synthesize(*splits["members"], eps, seed=seed + 7)
+            target = procedure(data.x.reshape(n_members, -1), data.y, model_seed)
+            extra.update(
+                label_agreement=data.label_agreement,
+                epsilon_dp=None if math.isinf(eps) else data.epsilon_dp,
+            )
+        assert isinstance(target, TorchClassifier)
+        row = {"method": method, "epsilon": eps, **extra, **attack_row(target, eps)}
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        doc["wall_s"] = time.perf_counter() - started
+        write_json_atomic(out, doc)  # an interrupted run keeps its rows
+        say(
+            f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
+            f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
+            f"white-box {row['white_box']['auc']:.3f} ({row['wall_s']:.1f}s)"
+        )
+
+    def by(method: str) -> list[dict[str, Any]]:
+        return [r for r in rows if r["method"] == method]
+
+    source = by("source")[0]
+    reference = by("reference")[0]
+    attacks = ("black_box", "loss_threshold", "white_box")
+    summary = {
+        "reference_auc": {a: reference[a]["auc"] for a in attacks},
+        "ppgf_max_abs_auc_gap_vs_reference": max(
+            abs(r[a]["auc"] - reference[a]["auc"]) for r in by("ppgf") for a in attacks
+        ),
+        "source_test_accuracy": source["test_accuracy"],
+        "source_max_auc": max(source[a]["auc"] for a in attacks),
+        "reconstruction_max_auc": max(
+            by("reconstruction")[0][a]["auc"] for a in attacks
+        ),
+        "ppgf_max_abs_auc_gap": max(
+            abs(r[a]["auc"] - 0.5) for r in by("ppgf") for a in attacks
+        ),
+        "dpsgd_max_abs_auc_gap": max(
+            abs(r[a]["auc"] - 0.5) for r in by("dp-sgd") for a in attacks
+        ),
+        "accuracy_ratio_ppgf_vs_dpsgd": {
+            str(p["epsilon"]): p["test_accuracy"] / d["test_accuracy"]
+            for p, d in zip(by("ppgf"), by("dp-sgd"), strict=True)
+        },
+        "accuracy_ratio_vs_source": {
+            f"{r['method']}@{r['epsilon']}": r["test_accuracy"]
+            / source["test_accuracy"]
+            for r in rows
+        },
+        "median_ppgf_s": float(np.median([r["wall_s"] for r in by("ppgf")])),
+        "median_dpsgd_s": float(np.median([r["wall_s"] for r in by("dp-sgd")])),
+    }
+    summary["ppgf_vs_dpsgd_time_ratio"] = (
+        summary["median_ppgf_s"] / summary["median_dpsgd_s"]
+    )
+    doc["summary"] = summary
+    doc["complete"] = True
+    doc["plots"] = _plot(rows, out)
+    doc["wall_s"] = time.perf_counter() - started
+    write_json_atomic(out, doc)
+    return doc

@@ -1,0 +1,42 @@
+"""``fedleak bench dpgm --quick`` writes the four figure analogues."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fedleak.cli import app
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "dpgm.json"
+    result = CliRunner().invoke(app, ["bench", "dpgm", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["schema_version"] == 1
+    assert set(report["plots"]) == {"fig5_2", "fig5_3", "fig5_4", "fig5_5", "fig5_6"}
+    for name in report["plots"].values():
+        assert (tmp_path / name).stat().st_size > 1000
+    f52 = report["fig_5_2"]
+    for curves in f52["epsilon"].values():
+        for eps in curves.values():
+            assert all(a <= b + 1e-12 for a, b in itertools.pairwise(eps))
+    assert len(report["fig_5_3"]["accuracy"]["standard_dp_kmeans"]) == len(
+        report["fig_5_3"]["epsilons"]
+    )
+    cdr = report["fig_5_5"]
+    assert cdr["queries"] == 1000
+    run = cdr["dpgm"]["runs"]["k=1,eps=1"]
+    assert run["epsilon_spent"] <= 1.0
+    assert set(run["all"]["groups"]) == {"20%", "40%", "60%", "80%", "100%"}
+    assert "1" in cdr["mwem"]["runs"]
+    assert set(report["acceptance"]) == {
+        "dpgm_below_mwem_at_eps1_cdr",
+        "kernel_kmeans_beats_standard_below_eps_0_5",
+    }
+    assert "written:" in result.output

@@ -1,0 +1,121 @@
+"""The mi-generative and mi-classifier benchmarks: quick runs, JSON, plots, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedleak.errors import ConfigError
+from fedleak.experiments.bench_mi_classifier import (
+    run_mi_classifier_bench,
+    skewed_purchases,
+)
+from fedleak.experiments.bench_mi_generative import run_mi_generative_bench
+
+FEDLEAK = str(Path(sys.executable).with_name("fedleak"))
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.slow
+def test_mi_generative_quick_writes_report_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "gen.json"
+    report = run_mi_generative_bench(out, quick=True, seed=0)
+    saved = json.loads(out.read_text())
+    assert saved["schema_version"] == 1 and saved["bench"] == "mi-generative"
+    assert saved["data"]["dataset"] == "digits" and saved["data"]["members"] == 40
+    white = saved["white_box"][0]
+    assert [p["epoch"] for p in white["curve"]][-1] == saved["settings"][
+        "target_epochs"
+    ]
+    assert white["final_accuracy"] > 2 * white["baseline"]  # overfitted DCGAN
+    assert {r["setting"] for r in saved["auxiliary"]} == {
+        "discriminative",
+        "generative",
+    }
+    assert {r["scenario"] for r in saved["auxiliary"]} == {
+        "test",
+        "train",
+        "train+test",
+    }
+    rows = saved["monte_carlo"]["rows"]
+    assert {r["distance"] for r in rows} == {"pca", "hog", "chist"}
+    median = [r for r in rows if r["heuristic"] == "median" and r["distance"] == "pca"]
+    for model in ("vae", "gan"):
+        eps, d = (
+            next(r for r in median if r["model"] == model and r["variant"] == v)
+            for v in ("MC-eps", "MC-d")
+        )
+        assert (
+            eps["single_accuracy"] == d["single_accuracy"]
+            and eps["set_accuracy"] == d["set_accuracy"]
+        )
+    assert 0.0 <= saved["monte_carlo"]["reconstruction"]["set_accuracy"] <= 1.0
+    for plot in report["plots"]:
+        assert Path(plot).exists() and Path(plot).name.startswith("gen-")
+    assert {Path(p).name for p in report["plots"]} >= {
+        "gen-white-box.png",
+        "gen-samples.png",
+    }
+
+
+@pytest.mark.slow
+def test_mi_classifier_quick_writes_report_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "cls.json"
+    report = run_mi_classifier_bench(out, quick=True, seed=0)
+    saved = json.loads(out.read_text())
+    assert (
+        saved["bench"] == "mi-classifier"
+        and saved["data"]["ldp_randomizer"] == "randomized-response"
+    )
+    settings = [p["setting"] for p in saved["points"]]
+    assert settings == ["original", "ldp", "ldp", "cdp", "cdp"]
+    cdp = [p for p in saved["points"] if p["setting"] == "cdp"]
+    assert cdp[0]["epsilon"] > cdp[1]["epsilon"] > 0  # more noise, smaller epsilon
+    for point in saved["points"]:
+        assert 0.0 <= point["precision"] <= 1.0 and 0.0 <= point["auc"] <= 1.0
+    assert set(saved["trends"]) == {"ldp", "cdp"}
+    assert Path(report["plots"][0]).exists()
+
+
+def test_skewed_purchases_follows_the_seed_recipe() -> None:
+    rng = np.random.default_rng(0)
+    x, y = skewed_purchases(3000, num_classes=5, rng=rng)
+    assert set(np.unique(y)) == set(range(5))
+    assert x.shape == (3000, 600) and set(np.unique(x)) == {0.0, 1.0}
+    # 10% indicator bits at 0.8, the rest at 0.2
+    assert x.mean() == pytest.approx(0.1 * 0.8 + 0.9 * 0.2, abs=0.01)
+    x2, _ = skewed_purchases(3000, num_classes=5, p_noise=0.5, rng=rng)
+    assert x2.mean() == pytest.approx(0.1 * 0.8 + 0.9 * 0.5, abs=0.01)
+    with pytest.raises(ConfigError):
+        skewed_purchases(5, num_classes=1, rng=rng)
+
+
+@pytest.mark.slow
+def test_bench_refuses_bad_input_without_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        run_mi_classifier_bench(tmp_path / "x.json", dataset="cifar")
+    with pytest.raises(ConfigError):
+        run_mi_generative_bench(tmp_path / "missing" / "x.json", quick=True)
+    result = subprocess.run(
+        [
+            FEDLEAK,
+            "bench",
+            "mi-classifier",
+            "--dataset",
+            "cifar",
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "cifar" in result.stderr + result.stdout
+    assert not (tmp_path / "x.json").exists()
