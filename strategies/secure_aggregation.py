@@ -454,9 +454,15 @@ class SecureAggregation(Strategy):
             return self.strategy.aggregate_train(server_round, replies)
         started = time.perf_counter()
         errors = rejected = 0
+        # Nodes whose upload did not arrive are re-keyed when next sampled: a
+        # client can lose its secret (e.g. Flower's simulation writes back a
+        # node's state last-writer-wins), and a stale public key would make it
+        # fail in every later round.
+        lost: set[int] = set()
         for message in replies:
             if message.has_error():
                 errors += 1
+                lost.add(message.metadata.src_node_id)
                 continue
             try:
                 self._read_upload(state, message)
@@ -464,6 +470,7 @@ class SecureAggregation(Strategy):
                     state.template = message
             except ProtocolError as err:
                 rejected += 1
+                lost.add(message.metadata.src_node_id)
                 log(WARNING, "secure aggregation: %s", err)
         total = np.zeros(state.layout.fixed_length, dtype=np.float64)
         raw = np.zeros(2, dtype=np.int64)
@@ -473,6 +480,7 @@ class SecureAggregation(Strategy):
             try:
                 online, dropped = tally.close()
                 dropped_total += len(dropped)
+                lost.update(dropped)
                 if dropped:
                     self._recover(state, g, online, dropped)
                 group_sum = tally.result()
@@ -489,6 +497,8 @@ class SecureAggregation(Strategy):
             total += state.fixed.decode(group_sum[: state.layout.fixed_length])
             raw += to_signed(group_sum[state.layout.fixed_length :])
             contributors.extend(online)
+        for node in lost:
+            self.public_keys.pop(node, None)
         answered = {m.metadata.src_node_id for m in replies}
         metrics = MetricRecord(
             {

@@ -211,6 +211,24 @@ def test_keys_are_advertised_once_and_masks_change_every_round():
     assert uploads[0] != uploads[1]  # same input, fresh masks
 
 
+def test_a_client_that_lost_its_secret_is_rekeyed_and_counts_again():
+    grid = LocalGrid(make_app(), NODES)
+    secure = SecureAggregation(SyncSGD(1.0, min_available_nodes=6))
+    secure.configure_train(1, numpy_to_arrays(global_model()), ConfigRecord(), grid)
+    lost_node = next(n for n, p in NODES.items() if p == 2)
+    # The node's state is written back without its secret (last writer wins).
+    grid.contexts[lost_node].state = RecordDict()
+    new, metrics, _ = one_round(secure, grid, server_round=1)
+    assert metrics["num-errors"] == 1
+    assert metrics["num-replies"] == 5
+    new, metrics, _ = one_round(secure, grid, server_round=2)
+    assert metrics["num-errors"] == 0
+    assert metrics["num-replies"] == 6
+    expected = plain_sum(range(6))
+    for name, theta in global_model().items():
+        np.testing.assert_allclose(new[name], theta - expected[name], atol=1e-5)
+
+
 def test_bytes_are_accounted_per_stage():
     grid = LocalGrid(make_app(), NODES)
     secure = SecureAggregation(SyncSGD(0.5, min_available_nodes=6))
