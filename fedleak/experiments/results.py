@@ -73,6 +73,11 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        # mkstemp makes the file private (0600); give it the permissions a
+        # plain open() would, so a run's files are readable like any other.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
