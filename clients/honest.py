@@ -19,6 +19,7 @@ deployment sets with ``flower-supernode --node-config "partition-id=0 ..."``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -47,6 +48,7 @@ from fedleak.training import (
 )
 
 __all__ = [
+    "BehaviourFactory",
     "HonestClient",
     "add_identify_handler",
     "make_honest_client_app",
@@ -123,6 +125,17 @@ class HonestClient:
         self.spec = spec
         self.partition_id = partition_id
         self.data: ClientData = client_data(spec, partition_id)
+        self.context: Context | None = None
+        self.config: ConfigRecord | None = None
+
+    def bind(self, context: Context, config: ConfigRecord) -> None:
+        """Give the behaviour its node's ``Context`` and the message's config.
+
+        Called by the ClientApp before every reply; subclasses (adversaries,
+        scripted targets) keep state across rounds in ``context.state`` and
+        read their settings from ``config``.
+        """
+        self.context, self.config = context, config
 
     def rng(self, *words: int) -> np.random.Generator:
         """RNG derived from (run seed, partition id, *words), e.g. the round."""
@@ -224,8 +237,30 @@ def _state(context: Context) -> ConfigRecord:
     return context.state.config_records[_STATE_KEY]
 
 
+BehaviourFactory = Callable[[TaskSpec, int, ConfigRecord], HonestClient]
+"""Chooses a node's behaviour from (task, partition id, message config)."""
+
+
+def _behaviour_for(
+    behaviour: type[HonestClient] | BehaviourFactory,
+    spec: TaskSpec,
+    partition: int,
+    context: Context,
+    config: ConfigRecord,
+) -> HonestClient:
+    client: HonestClient
+    if isinstance(behaviour, type):
+        client = behaviour(spec, partition)
+    else:
+        client = behaviour(spec, partition, config)
+    client.bind(context, config)
+    return client
+
+
 def make_honest_client_app(
-    *, mods: list[Mod] | None = None, behaviour: type[HonestClient] = HonestClient
+    *,
+    mods: list[Mod] | None = None,
+    behaviour: type[HonestClient] | BehaviourFactory = HonestClient,
 ) -> ClientApp:
     """Build the honest ClientApp (train, evaluate and identify handlers).
 
@@ -234,8 +269,11 @@ def make_honest_client_app(
     mods : list of Mod, optional
         Flower client mods wrapping every handler (e.g. Flower's
         ``fixedclipping_mod``).
-    behaviour : type, default=HonestClient
-        The class implementing the replies; subclasses customise them.
+    behaviour : type or callable, default=HonestClient
+        The class implementing the replies (subclasses customise them), or a
+        :data:`BehaviourFactory` ``f(spec, partition_id, config)`` that picks
+        one per node, e.g. an adversary on one partition and honest clients
+        elsewhere (every node of a simulation runs the same ClientApp).
 
     Returns
     -------
@@ -252,7 +290,7 @@ def make_honest_client_app(
                 f"injected crash of client {partition} in round {_round_of(config)} "
                 "(faults.crash_clients)"
             )
-        client = behaviour(spec, partition)
+        client = _behaviour_for(behaviour, spec, partition, context, config)
         arrays = msg.content.array_records[protocol.ARRAYS_KEY]
         state = _state(context)
         mode = config.get(protocol.TRAIN_MODE, protocol.MODE_MODEL)
@@ -268,8 +306,10 @@ def make_honest_client_app(
 
     @app.evaluate()
     def evaluate_(msg: Message, context: Context) -> Message:
-        spec, _ = _task_of(msg)
-        client = behaviour(spec, partition_id_of(context))
+        spec, config = _task_of(msg)
+        client = _behaviour_for(
+            behaviour, spec, partition_id_of(context), context, config
+        )
         metrics = client.evaluate_reply(msg.content.array_records[protocol.ARRAYS_KEY])
         return Message(RecordDict({protocol.METRICS_KEY: metrics}), reply_to=msg)
 

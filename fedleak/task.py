@@ -30,8 +30,9 @@ from .data import (
     partition_iid,
     partition_property,
 )
+from .data.text import TEXT_TASK_DATASETS, load_text_task
 from .errors import ConfigError
-from .models import build_model
+from .models import TEXT_MODEL_NAMES, build_model
 
 __all__ = [
     "PARTITIONERS",
@@ -72,8 +73,13 @@ class TaskSpec:
         Fraction of the target's records with the property.
     property_others_fraction : float
         Fraction of every other partition's records with the property.
+    property_partition_size : int
+        Records per partition of the ``"property"`` split (0 = the largest
+        size the pool allows).
     model : str
         Name for :func:`fedleak.models.build_model`.
+    model_dropout : float
+        Dropout after the pooling layer of the text models (seed 000 Ch. 7.3.3).
     seed : int
         Run seed; split, model initialisation and client RNGs derive from it.
     batch_size : int
@@ -97,7 +103,9 @@ class TaskSpec:
     property_target: int = 0
     property_target_fraction: float = 0.5
     property_others_fraction: float = 0.0
+    property_partition_size: int = 0
     model: str = "cnn"
+    model_dropout: float = 0.0
     seed: int = 0
     batch_size: int = 32
     learning_rate: float = 0.05
@@ -194,15 +202,46 @@ class TaskSpec:
             self.property_target_fraction,
             self.property_others_fraction,
             self.seed,
+            self.property_partition_size,
         )
 
     def load(self) -> Dataset:
-        """Load the task's dataset."""
+        """Load the task's dataset.
+
+        The text datasets (:data:`fedleak.data.text.TEXT_TASK_DATASETS`) come
+        as int64 token ids of shape ``(n, length)`` in ``x_train``/``x_test``.
+        """
+        if self.dataset in TEXT_TASK_DATASETS:
+            text = load_text_task(self.dataset, seed=self.seed)
+            return Dataset(
+                name=self.dataset,
+                x_train=text.x_train,
+                y_train=text.y_train,
+                x_test=text.x_test,
+                y_test=text.y_test,
+                num_classes=text.num_classes,
+                source=text.source,
+            )
         return load_dataset(self.dataset, self.data_root or None)
 
     def new_model(self) -> torch.nn.Module:
         """Build the task's model with the run's seeded initial weights."""
         data = self.load()
+        if self.model in TEXT_MODEL_NAMES or self.dataset in TEXT_TASK_DATASETS:
+            if self.dataset not in TEXT_TASK_DATASETS:
+                raise ConfigError(
+                    f"model {self.model!r} needs a text dataset "
+                    f"({list(TEXT_TASK_DATASETS)}), got {self.dataset!r}"
+                )
+            text = load_text_task(self.dataset, seed=self.seed)
+            return build_model(
+                self.model,
+                (text.sequence_length,),
+                text.num_classes,
+                seed=self.seed,
+                vocab_size=text.vocab_size,
+                dropout=self.model_dropout,
+            )
         return build_model(
             self.model, data.input_shape, data.num_classes, seed=self.seed
         )
@@ -276,6 +315,7 @@ def _training_pool(
             target=spec.property_target,
             target_fraction=spec.property_target_fraction,
             others_fraction=spec.property_others_fraction,
+            partition_size=spec.property_partition_size or None,
             seed=rng_split,
         )
     return x, y, has_property, parts
@@ -294,6 +334,7 @@ def _spec_from_key(key: tuple[Any, ...]) -> TaskSpec:
         "property_target_fraction",
         "property_others_fraction",
         "seed",
+        "property_partition_size",
     )
     return TaskSpec(**dict(zip(names, key, strict=True)))
 
@@ -327,11 +368,13 @@ def _client_data(key: tuple[Any, ...], partition_id: int) -> ClientData:
         len(data.y_test), spec.num_partitions, np.random.default_rng(test_seed)
     )
     idx, test_idx = parts[partition_id], test_parts[partition_id]
+    # token ids (text datasets) stay integers for the embedding layer
+    x_dtype = np.int64 if np.issubdtype(x.dtype, np.integer) else np.float32
     return ClientData(
-        x_train=torch.from_numpy(np.ascontiguousarray(x[idx], dtype=np.float32)),
+        x_train=torch.from_numpy(np.ascontiguousarray(x[idx], dtype=x_dtype)),
         y_train=torch.from_numpy(np.ascontiguousarray(y[idx], dtype=np.int64)),
         x_test=torch.from_numpy(
-            np.ascontiguousarray(data.x_test[test_idx], dtype=np.float32)
+            np.ascontiguousarray(data.x_test[test_idx], dtype=x_dtype)
         ),
         y_test=torch.from_numpy(
             np.ascontiguousarray(data.y_test[test_idx], dtype=np.int64)

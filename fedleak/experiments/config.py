@@ -38,16 +38,21 @@ from fedleak.errors import ConfigError
 from fedleak.task import TaskSpec
 
 __all__ = [
+    "AdversaryConfig",
     "ClientConfig",
     "DataConfig",
+    "DefensesConfig",
     "EvaluationConfig",
     "ExperimentConfig",
     "FaultsConfig",
     "FederationConfig",
+    "MembershipAttackConfig",
     "ModelConfig",
     "PrivacyConfig",
+    "PropertyAttackConfig",
     "SecureAggregationConfig",
     "StrategyConfig",
+    "TargetConfig",
     "apply_overrides",
     "load_config",
     "parse_override",
@@ -62,7 +67,9 @@ class _Section(BaseModel):
 class DataConfig(_Section):
     """``[data]``: the dataset and how it is split among clients."""
 
-    dataset: Literal["digits", "fashion-mnist", "mnist"] = "digits"
+    dataset: Literal[
+        "digits", "fashion-mnist", "mnist", "checkins-synthetic", "fortunes"
+    ] = "digits"
     root: str = Field("", description="folder of the IDX files; '' = default search")
     partition: Literal["iid", "dirichlet", "property"] = "iid"
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
@@ -71,12 +78,18 @@ class DataConfig(_Section):
     property_target: int = Field(0, ge=0)
     property_target_fraction: float = Field(0.5, ge=0, le=1)
     property_others_fraction: float = Field(0.0, ge=0, le=1)
+    property_partition_size: int = Field(
+        0, ge=0, description="records per client of the property split; 0 = max"
+    )
 
 
 class ModelConfig(_Section):
     """``[model]``: the network trained by the federation."""
 
-    name: Literal["cnn", "mlp"] = "cnn"
+    name: Literal["cnn", "mlp", "text-cnn", "text-gru"] = "cnn"
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="text models: dropout after pooling (Ch. 7.3.3)"
+    )
 
 
 class StrategyConfig(_Section):
@@ -162,6 +175,109 @@ class FaultsConfig(_Section):
     crash_rounds: list[int] = Field(default_factory=list)
 
 
+class PropertyAttackConfig(_Section):
+    """``[adversary.property]``: the property adversary (seed 000 Ch. 7.1.4-7.1.5).
+
+    The adversary's auxiliary data (Alg. 7's ``X_prop`` / ``X_nonprop``) are
+    its own records: half of them rendered with ``data.property_kind``.
+    """
+
+    pooling: Literal["max", "raw"] = Field(
+        "max", description="gradient features: global max pooling or raw"
+    )
+    aux_pairs: int = Field(1, ge=1, description="labelled gradient pairs per round")
+    aux_fraction: float = Field(
+        1.0, gt=0, le=1, description="fraction of a positive aux batch with it"
+    )
+    emulate: int = Field(
+        0, ge=0, description="other participants emulated; 0 = num_clients - 1"
+    )
+    alpha: float = Field(
+        0.0, ge=0, le=1, description="active attack: weight of the property loss"
+    )
+    head_learning_rate: float = Field(0.05, gt=0)
+
+
+class MembershipAttackConfig(_Section):
+    """``[adversary.membership]``: the embedding-layer membership adversary.
+
+    Seed 000 Ch. 7.1.3
+    (:class:`fedleak.clients.membership.EmbeddingMembershipAdversary`).
+    ``extra_tolerance`` is added to the float32 rounding tolerance when reading
+    changed embedding rows: under secure aggregation with model averaging set
+    it to about ``num_clients`` fixed-point steps.
+    """
+
+    extra_tolerance: float = Field(0.0, ge=0)
+
+
+class DefensesConfig(_Section):
+    """``[defenses]``: client-side defenses of seed 000 Ch. 7.3 (honest clients).
+
+    ``share_fraction`` < 1 uploads only that fraction of the largest update
+    coordinates; ``vocab_top_n`` > 0 restricts inputs and embedding uploads to
+    the top-N tokens; ``dp_noise_multiplier`` >= 0 trains with record-level
+    DP-SGD (Opacus) with clipping norm ``dp_max_grad_norm``. Participant-level
+    DP is ``[privacy]`` (Flower's wrappers).
+    """
+
+    share_fraction: float = Field(1.0, gt=0, le=1)
+    vocab_top_n: int = Field(0, ge=0, description="0 = no restriction")
+    dp_noise_multiplier: float = Field(-1.0, description="< 0 = no DP-SGD")
+    dp_max_grad_norm: float = Field(1.0, gt=0)
+    dp_delta: float = Field(1e-5, gt=0, lt=1)
+
+
+class AdversaryConfig(_Section):
+    """``[adversary]``: which client is an adversary, and of which kind.
+
+    ``kind = "none"`` makes every client honest. The adversary is client
+    ``partition``; it follows the protocol and observes on the side (its
+    observations go to ``<run dir>/adversary/``).
+    """
+
+    kind: Literal[
+        "none", "passive-property", "active-property", "embedding-membership"
+    ] = "none"
+    partition: int = Field(1, ge=0)
+    property: PropertyAttackConfig = PropertyAttackConfig()
+    membership: MembershipAttackConfig = MembershipAttackConfig()
+
+
+class TargetConfig(_Section):
+    """``[target]``: the target client's behaviour in property experiments.
+
+    The target is client ``data.property_target``; it holds the property
+    records of the ``property`` split. Under sync-SGD, in every *eligible*
+    round ``r`` with ``r % property_every == 0`` its batch has the property in
+    fraction ``batch_fraction`` (``1/m`` of its batches, seed 000 Ch. 7.2.3);
+    other batches have none. Rounds are eligible from ``join_round`` on and,
+    if ``property_rounds = [a, b]`` is given, only for ``a <= r < b``
+    (Ch. 7.2.4). Before ``join_round`` the target uploads a zero update (it
+    has not joined, Fig. 7.9). ``control = true`` never uses a record with
+    the property (control trials, Fig. 7.8). ``property_every = 0`` keeps
+    the honest batch order. Under model averaging the target trains on its
+    whole partition, whose share of property records is
+    ``data.property_target_fraction`` (the thesis' p-hat).
+    """
+
+    property_every: int = Field(2, ge=0)
+    batch_fraction: float = Field(1.0, gt=0, le=1)
+    property_rounds: list[int] = Field(default_factory=list)
+    join_round: int = Field(1, ge=1)
+    control: bool = False
+
+    @model_validator(mode="after")
+    def _window(self) -> TargetConfig:
+        r = self.property_rounds
+        if r and (len(r) != 2 or not 1 <= r[0] < r[1]):
+            raise ValueError(
+                "target.property_rounds: must be [a, b] with 1 <= a < b (rounds "
+                f"a to b-1), got {r}"
+            )
+        return self
+
+
 class ExperimentConfig(_Section):
     """A whole experiment file."""
 
@@ -177,6 +293,80 @@ class ExperimentConfig(_Section):
     privacy: PrivacyConfig = PrivacyConfig()
     secure_aggregation: SecureAggregationConfig = SecureAggregationConfig()
     faults: FaultsConfig = FaultsConfig()
+    adversary: AdversaryConfig = AdversaryConfig()
+    target: TargetConfig = TargetConfig()
+    defenses: DefensesConfig = DefensesConfig()
+
+    @model_validator(mode="after")
+    def _adversary(self) -> ExperimentConfig:
+        a = self.adversary
+        if a.kind == "none":
+            return self
+        k = self.federation.num_clients
+        if a.partition >= k:
+            raise ValueError(
+                f"adversary.partition: {a.partition} is not a client id "
+                f"(federation.num_clients = {k})"
+            )
+        if a.kind == "embedding-membership" and not self.model.name.startswith("text-"):
+            raise ValueError(
+                "adversary.kind: the embedding-membership adversary needs a text "
+                "model (model.name 'text-cnn' or 'text-gru')"
+            )
+        if a.kind.endswith("-property"):
+            if self.data.partition != "property":
+                raise ValueError(
+                    "adversary.kind: a property adversary needs data.partition = "
+                    "'property' (the target's records carry the property)"
+                )
+            if a.partition == self.data.property_target:
+                raise ValueError(
+                    "adversary.partition: the adversary cannot be the target "
+                    f"(data.property_target = {self.data.property_target})"
+                )
+            if self.strategy.name == "fedavg":
+                raise ValueError(
+                    "adversary.kind: property adversaries run with strategy.name "
+                    "'sync-sgd' or 'model-averaging'"
+                )
+            if self.strategy.fraction_train < 1:
+                raise ValueError(
+                    "strategy.fraction_train: the property adversary derives the "
+                    "others' update from consecutive models and must take part in "
+                    "every round; use 1.0"
+                )
+        if a.kind == "active-property" and self.strategy.name != "sync-sgd":
+            raise ValueError(
+                "adversary.kind: the active property attack uploads multi-task "
+                "gradients and needs strategy.name 'sync-sgd'"
+            )
+        return self
+
+    def client_config(self, run_dir: str = "") -> dict[str, Any]:
+        """Entries the ClientApps receive beside ``task.*``.
+
+        ``adversary.*`` and ``target.*`` flatten those sections (nested keys
+        dotted, e.g. ``adversary.property.alpha``); ``protocol.*`` carry what
+        an adversary knows of the protocol (server step, reduction, number of
+        clients); ``experiment.run-dir`` is where observations go.
+        """
+        out: dict[str, Any] = {}
+
+        def flatten(prefix: str, values: Mapping[str, Any]) -> None:
+            for key, value in values.items():
+                if isinstance(value, Mapping):
+                    flatten(f"{prefix}.{key}", value)
+                else:
+                    out[f"{prefix}.{key}"] = value
+
+        flatten("adversary", self.adversary.model_dump())
+        flatten("target", self.target.model_dump())
+        flatten("defenses", self.defenses.model_dump())
+        out["protocol.learning-rate"] = self.strategy.learning_rate
+        out["protocol.reduction"] = self.strategy.reduction
+        out["protocol.num-clients"] = self.federation.num_clients
+        out["experiment.run-dir"] = run_dir
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
@@ -217,7 +407,9 @@ class ExperimentConfig(_Section):
             property_target=d.property_target,
             property_target_fraction=d.property_target_fraction,
             property_others_fraction=d.property_others_fraction,
+            property_partition_size=d.property_partition_size,
             model=self.model.name,
+            model_dropout=self.model.dropout,
             seed=self.seed,
             batch_size=self.client.batch_size,
             learning_rate=self.strategy.learning_rate,

@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context
+from flwr.app import ConfigRecord, Context
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from fedleak.clients import make_honest_client_app, secagg_mod
+from fedleak.clients import HonestClient, make_honest_client_app, secagg_mod
+from fedleak.clients.defenses import defended_behaviour
+from fedleak.clients.membership import membership_behaviour
+from fedleak.clients.property import property_behaviour
 from fedleak.errors import FedleakError
-from fedleak.task import training_pool
+from fedleak.task import TaskSpec, training_pool
 
 from .config import ExperimentConfig
 from .server import (
@@ -39,7 +43,15 @@ from .server import (
     write_config,
 )
 
-__all__ = ["RunOutcome", "preflight", "quiet_flower", "run_experiment", "simulate"]
+__all__ = [
+    "RunOutcome",
+    "client_behaviour",
+    "make_experiment_client_app",
+    "preflight",
+    "quiet_flower",
+    "run_experiment",
+    "simulate",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,32 @@ def preflight(config: ExperimentConfig) -> None:
     task = config.task()
     training_pool(task)
     task.new_model()
+
+
+def client_behaviour(
+    spec: TaskSpec, partition_id: int, config: ConfigRecord
+) -> HonestClient:
+    """Pick a node's behaviour from its partition id and the message config.
+
+    Every node of a simulation runs the same ClientApp; the experiment's
+    ``[adversary]`` and ``[target]`` sections (sent as ``adversary.*`` and
+    ``target.*`` entries) make one partition the adversary and one the
+    scripted target; every other node is honest.
+    """
+    chosen = property_behaviour(spec, partition_id, config)
+    if chosen is None:
+        chosen = membership_behaviour(spec, partition_id, config)
+    if chosen is None:  # honest, with the [defenses] section's defenses if any
+        chosen = defended_behaviour(spec, partition_id, config)
+    return chosen if chosen is not None else HonestClient(spec, partition_id)
+
+
+def make_experiment_client_app() -> ClientApp:
+    """Build ``fedleak run``'s ClientApp: roles by partition, secure aggregation."""
+    app: ClientApp = make_honest_client_app(
+        mods=[secagg_mod], behaviour=client_behaviour
+    )
+    return app
 
 
 class _DropDeprecation(logging.Filter):
@@ -136,7 +174,7 @@ def simulate(
     with quiet_flower(verbose):
         run_simulation(
             server_app=server_app,
-            client_app=make_honest_client_app(mods=[secagg_mod]),
+            client_app=make_experiment_client_app(),
             num_supernodes=config.federation.num_clients,
             backend_config=backend_config,
             verbose_logging=verbose,

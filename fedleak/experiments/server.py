@@ -73,6 +73,11 @@ def build_strategy(config: ExperimentConfig) -> Strategy:
         "fraction_evaluate": s.fraction_evaluate,
         "min_available_nodes": k,
         "seed": config.seed,
+        # a node whose identify reply comes after the timeout is still being
+        # served when its next message arrives; the late reply's Context then
+        # overwrites the newer one (Flower's last writer wins), losing e.g.
+        # its secure-aggregation key on a loaded machine
+        "identify_timeout": config.federation.round_timeout,
     }
     strategy: Strategy
     if s.name == "sync-sgd":
@@ -216,7 +221,10 @@ def run_federation(
     """
     np.random.seed(config.seed % 2**32)  # noqa: NPY002 - Flower DP draws from it
     strategy = build_strategy(config)
-    train_config = ConfigRecord(config.task().to_config())
+    run_dir = "" if recorder.run_dir is None else str(recorder.run_dir.resolve())
+    train_config = ConfigRecord(
+        {**config.task().to_config(), **config.client_config(run_dir)}
+    )
     return strategy.start(
         grid=grid,
         initial_arrays=initial_arrays(config),

@@ -1,0 +1,358 @@
+"""Property inference from embedding-layer gradients on real short texts.
+
+The text analogue of seed 000's Yelp experiments (Ch. 7.2.3 "Yelp-health" and
+"Yelp-author", Table 7.4, Figs. 7.4(b) and 7.7(b)) on Debian's ``fortunes``
+corpus (:func:`fedleak.data.text.load_fortunes`), the real short texts
+available offline:
+
+- **main task** (sentiment-free, like the review score's independence from
+  the author): is the entry an attributed quotation (it ends with a
+  ``-- Author`` line) or not;
+- **property**: the entry comes from one fortune category (``startrek``,
+  ``linux``, ``food``, ...), the stand-in for "written by this author" /
+  "reviews this doctor specialty": a topic with its own vocabulary;
+- **model**: an embedding model of :func:`fedleak.models.build_text_model`;
+- **attack features**: the bag of words of the embedding-layer gradient
+  (:func:`fedleak.attacks.property.gradient_features` with ``"bow"``), a
+  logistic regression (the seed's choice for embedding gradients), and the
+  words with the largest positive coefficients (Table 7.4).
+
+:func:`run_text_property_attack` simulates synchronized SGD (seed 000 Alg. 1)
+in-process with ``participants`` parties -- target, adversary and honest
+others, the training data split evenly -- and the passive adversary of
+Ch. 7.1.4 (Alg. 7): it derives the others' summed gradient from consecutive
+models, labels gradients of its own batches with and without the property,
+and scores every observed round. The image experiments run through Flower
+(:mod:`fedleak.experiments.bench_property`); fedleak's Flower task carries
+image datasets only, so the text experiment runs the same protocol here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from fedleak.attacks.property import (
+    BatchPropertyClassifier,
+    gradient_features,
+    single_batch_auc,
+)
+from fedleak.attacks.property_gradients import derive_sgd_aggregate
+
+from fedleak.errors import ConfigError, DataError
+
+__all__ = [
+    "DEFAULT_TEXT_CATEGORIES",
+    "TextAttackResult",
+    "TextPropertyTask",
+    "fortunes_property_task",
+    "run_text_property_attack",
+]
+
+#: Fortune categories of the default task (each has >= 130 short entries).
+DEFAULT_TEXT_CATEGORIES: tuple[str, ...] = (
+    "computers",
+    "food",
+    "linux",
+    "love",
+    "men-women",
+    "people",
+    "politics",
+    "science",
+    "startrek",
+    "work",
+)
+
+_ATTRIBUTION = re.compile(r"\n\s*--\s*\S")
+
+
+@dataclass(frozen=True)
+class TextPropertyTask:
+    """Encoded texts with a main label and a category (the property source).
+
+    Attributes
+    ----------
+    x_train, x_test : numpy.ndarray
+        int64 token ids ``(n, length)``.
+    y_train, y_test : numpy.ndarray
+        Main label: 1 = attributed quotation.
+    c_train, c_test : numpy.ndarray
+        Category index of every record.
+    categories : tuple of str
+        Category names.
+    words : tuple of str
+        ``words[i]`` is the token of id ``i`` (padding and unknown included).
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    c_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    c_test: np.ndarray
+    categories: tuple[str, ...]
+    words: tuple[str, ...]
+
+    def category(self, name: str) -> int:
+        """Return the index of category ``name``."""
+        if name not in self.categories:
+            raise ConfigError(
+                f"unknown category {name!r}; the task has {list(self.categories)}"
+            )
+        return self.categories.index(name)
+
+
+def fortunes_property_task(
+    categories: tuple[str, ...] = DEFAULT_TEXT_CATEGORIES,
+    *,
+    vocab_size: int = 3000,
+    length: int = 40,
+    max_chars: int = 400,
+    seed: int = 0,
+    directory: str | None = None,
+) -> TextPropertyTask:
+    """Load the fortunes categories as an attribution task with category labels.
+
+    The vocabulary is the ``vocab_size`` most frequent training words (the
+    seed uses 3,000 for Yelp-author).
+    """
+    from fedleak.data.text import load_fortunes, split_text_dataset
+
+    corpus = load_fortunes(directory, categories=list(categories), max_chars=max_chars)
+    attributed = np.asarray(
+        [bool(_ATTRIBUTION.search(t)) for t in corpus.texts], dtype=np.int64
+    )
+    combined = corpus.labels * 2 + attributed
+    names = [f"{c}/{a}" for c in corpus.categories for a in (0, 1)]
+    data = split_text_dataset(
+        corpus.tokens(),
+        combined,
+        names,
+        vocab_size=vocab_size,
+        length=length,
+        test_fraction=0.2,
+        seed=seed,
+        source=corpus.source,
+    )
+    words = ("<pad>", "<unk>", *data.vocabulary.words)
+    if len(words) != data.vocabulary.size:
+        raise DataError("the vocabulary's special ids changed; update this module")
+    return TextPropertyTask(
+        x_train=data.x_train,
+        y_train=data.y_train % 2,
+        c_train=data.y_train // 2,
+        x_test=data.x_test,
+        y_test=data.y_test % 2,
+        c_test=data.y_test // 2,
+        categories=tuple(corpus.categories),
+        words=words,
+    )
+
+
+@dataclass(frozen=True)
+class TextAttackResult:
+    """Outcome of one text property attack."""
+
+    property_category: str
+    auc: float
+    top_words: tuple[str, ...]
+    correlation: float
+    test_accuracy: float
+    rounds: int
+    participants: int
+    batch_fraction: float
+    scores: np.ndarray
+    truth: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON-serialisable fields (scores and truth as lists)."""
+        return {
+            "property": self.property_category,
+            "auc": self.auc,
+            "top_words": list(self.top_words),
+            "correlation": self.correlation,
+            "test_accuracy": self.test_accuracy,
+            "rounds": self.rounds,
+            "participants": self.participants,
+            "batch_fraction": self.batch_fraction,
+        }
+
+
+def _gradient(
+    model: torch.nn.Module, x: np.ndarray, y: np.ndarray
+) -> dict[str, np.ndarray]:
+    model.zero_grad(set_to_none=True)
+    logits = model(torch.from_numpy(x))
+    torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)).backward()  # type: ignore[no-untyped-call]
+    return {
+        n: p.grad.detach().numpy().astype(np.float64)
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
+
+
+def _draw(
+    rng: np.random.Generator,
+    with_prop: np.ndarray,
+    without: np.ndarray,
+    size: int,
+    fraction: float,
+) -> np.ndarray:
+    n_prop = round(fraction * size)
+    parts = []
+    for pool, count in ((with_prop, n_prop), (without, size - n_prop)):
+        if count:
+            parts.append(rng.choice(pool, size=count, replace=count > pool.size))
+    return np.concatenate(parts)
+
+
+def run_text_property_attack(
+    task: TextPropertyTask,
+    property_category: str,
+    *,
+    rounds: int = 300,
+    participants: int = 2,
+    batch_size: int = 32,
+    learning_rate: float = 0.3,
+    batch_fraction: float = 1.0,
+    property_every: int = 2,
+    model_name: str = "text-cnn",
+    embedding_dim: int = 32,
+    top_k: int = 5,
+    seed: int = 0,
+) -> TextAttackResult:
+    """Passive property inference from embedding-gradient bags of words.
+
+    Parameters
+    ----------
+    task : TextPropertyTask
+        The data (:func:`fortunes_property_task`).
+    property_category : str
+        The category whose presence in the target's batch is inferred.
+    rounds : int, default=300
+        Synchronized-SGD rounds (the seed trains Yelp-author for 3,000).
+    participants : int, default=2
+        Parties: target (0), adversary (1) and ``participants - 2`` honest
+        ones, the training records split evenly among them; only the target
+        and the adversary hold records of ``property_category`` (Ch. 7.2.6).
+    batch_size : int, default=32
+        Records per batch.
+    learning_rate : float, default=0.3
+        The server step of Alg. 1 (``theta -= lr * sum_k g_k``).
+    batch_fraction : float, default=1.0
+        Fraction of a property batch from ``property_category`` (Fig. 7.4).
+    property_every : int, default=2
+        ``1/m`` of the target's batches are property batches (``m = 2``).
+    model_name : {"text-cnn", "text-gru"}, default="text-cnn"
+        Embedding model (:func:`fedleak.models.build_text_model`); the CNN
+        learns the main task faster on a CPU than the thesis' Yelp GRU.
+    embedding_dim : int, default=32
+        Embedding dimension (smaller than the thesis' 100 for a CPU).
+    top_k : int, default=5
+        Words reported (Table 7.4 lists five).
+    seed : int, default=0
+        Split, batches, model initialisation and classifier.
+    """
+    from fedleak.models import build_text_model
+
+    if participants < 2:
+        raise ConfigError(f"participants must be >= 2, got {participants}")
+    if rounds < 4:
+        raise ConfigError(
+            f"rounds must be >= 4 to see both kinds of batch, got {rounds}"
+        )
+    prop = task.category(property_category)
+    rng = np.random.default_rng([seed, 0x7E47])
+    torch.manual_seed(seed)
+    order = rng.permutation(task.x_train.shape[0])
+    parts = np.array_split(order, participants)
+    is_prop = task.c_train == prop
+    # only the target (0) and the adversary (1) keep records of the category
+    parts = [p if i < 2 else p[~is_prop[p]] for i, p in enumerate(parts)]
+    target_with = parts[0][is_prop[parts[0]]]
+    target_without = parts[0][~is_prop[parts[0]]]
+    adv_with = parts[1][is_prop[parts[1]]]
+    adv_without = parts[1][~is_prop[parts[1]]]
+    if min(target_with.size, adv_with.size) < 2:
+        raise DataError(
+            f"category {property_category!r} has too few records to split between "
+            "the target and the adversary"
+        )
+    model = build_text_model(
+        model_name,
+        len(task.words),
+        2,
+        seed=seed,
+        embedding_dim=embedding_dim,
+    )
+    emb = "embedding.weight"
+    observed: list[np.ndarray] = []
+    truth: list[int] = []
+    aux: list[np.ndarray] = []
+    labels: list[int] = []
+    for server_round in range(1, rounds + 1):
+        before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+        has = server_round % property_every == 0
+        batch = _draw(
+            rng, target_with, target_without, batch_size, batch_fraction if has else 0.0
+        )
+        uploads = [_gradient(model, task.x_train[batch], task.y_train[batch])]
+        own_batch = rng.choice(parts[1], size=batch_size, replace=False)
+        own = _gradient(model, task.x_train[own_batch], task.y_train[own_batch])
+        uploads.append(own)
+        for honest in parts[2:]:
+            b = rng.choice(honest, size=batch_size, replace=False)
+            uploads.append(_gradient(model, task.x_train[b], task.y_train[b]))
+        # Alg. 7 lines 6-9 at the current model: the others' aggregate
+        # emulated with participants - 1 batches, one with the property or none
+        shared = [
+            _draw(rng, adv_with, adv_without, batch_size, 0.0)
+            for _ in range(participants - 2)
+        ]
+        for label, fraction in ((1, batch_fraction), (0, 0.0)):
+            ids = np.concatenate(
+                [_draw(rng, adv_with, adv_without, batch_size, fraction), *shared]
+            )
+            x_aux = task.x_train[ids]
+            g = np.zeros_like(before[emb], dtype=np.float64)
+            for start in range(0, ids.size, batch_size):
+                part = slice(start, start + batch_size)
+                g += _gradient(model, x_aux[part], task.y_train[ids][part])[emb]
+            aux.append(gradient_features({emb: g}, "bow"))
+            labels.append(label)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                total = np.sum([u[n] for u in uploads], axis=0)
+                step = np.asarray(learning_rate * total, dtype=np.float32)
+                p.sub_(torch.from_numpy(step))
+        after = {n: p.detach().numpy() for n, p in model.named_parameters()}
+        others = derive_sgd_aggregate(
+            {emb: before[emb]}, {emb: after[emb]}, {emb: own[emb]}, learning_rate
+        )
+        observed.append(gradient_features(others, "bow"))
+        truth.append(int(has))
+    clf = BatchPropertyClassifier(kind="logistic", random_state=seed).fit(
+        np.stack(aux), np.asarray(labels)
+    )
+    scores = clf.property_scores(np.stack(observed))
+    auc = single_batch_auc(np.asarray(truth), scores)
+    top = tuple(task.words[i] for i in clf.top_features(top_k))
+    with torch.no_grad():
+        logits = model(torch.from_numpy(task.x_test))
+        accuracy = float((logits.argmax(1).numpy() == task.y_test).mean())
+    correlation = float(np.corrcoef(task.y_train, is_prop.astype(float))[0, 1])
+    return TextAttackResult(
+        property_category=property_category,
+        auc=auc,
+        top_words=top,
+        correlation=correlation,
+        test_accuracy=accuracy,
+        rounds=rounds,
+        participants=participants,
+        batch_fraction=batch_fraction,
+        scores=scores,
+        truth=np.asarray(truth),
+    )

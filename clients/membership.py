@@ -1,0 +1,222 @@
+"""The embedding-layer membership adversary as a Flower client (seed 000 Ch. 7.1.3).
+
+:class:`EmbeddingMembershipAdversary` follows the protocol honestly and, in
+every round ``t`` it takes part in, derives from the global models it
+received the bag of words ``V_{t-1}`` of the other participants' batches in
+round ``t - 1`` with :class:`fedleak.attacks.membership.EmbeddingMembership`:
+
+- **synchronized SGD** (:class:`fedleak.strategies.SyncSGD`, one batch per
+  round): ``Delta theta = theta_t - theta_{t-1} = -lr * (g_adv + sum_others)``;
+  its own term is its gradient ``g_adv``;
+- **model averaging** (:class:`fedleak.strategies.ModelAveraging`, Flower's
+  ``FedAvg``): ``Delta theta = sum_k n_k/n (theta_k - theta_{t-1})``; its own
+  term is its local model change, and the bag is the union of the words of
+  the others' local steps of the round.
+
+The scale with which its own term enters (``-lr``, ``n_adv / n``) is
+estimated from the update itself
+(:func:`fedleak.attacks.membership.contribution_scale`), so the adversary
+needs no server settings. Under secure aggregation
+(:class:`fedleak.strategies.SecureAggregation`) the server's aggregate, hence
+the new global model, is the same: the attack is unchanged; set
+``adversary.membership.extra_tolerance`` to the fixed-point rounding of the
+masked sum (about the number of clients times the quantisation step) so
+rounding is not taken for a word. Under a model-averaging weighted sum,
+fixed-point rounding moves every row slightly and the attack needs that
+tolerance; under synchronized SGD rows nobody touched still sum to exactly 0.
+
+Bags go to ``<run dir>/adversary/membership-bags.jsonl`` (one line per
+observed round); :func:`load_membership_attack` rebuilds the attack from it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fedleak.attacks.membership import EmbeddingMembership
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
+
+from fedleak import protocol
+from fedleak.errors import ConfigError, DataError
+from fedleak.task import TaskSpec
+
+from .defenses import EMBEDDING_KEY
+from .honest import HonestClient
+
+__all__ = [
+    "BAGS_FILE",
+    "MEMBERSHIP_KIND",
+    "EmbeddingMembershipAdversary",
+    "MembershipSettings",
+    "load_membership_attack",
+    "membership_behaviour",
+]
+
+MEMBERSHIP_KIND = "embedding-membership"
+"""``adversary.kind`` of this adversary."""
+
+BAGS_FILE = "membership-bags.jsonl"
+"""File (under ``<run dir>/adversary/``) holding the observed bags."""
+
+_STATE_PREVIOUS = "fedleak.membership.previous"
+_STATE_META = "fedleak.membership.meta"
+
+
+@dataclass(frozen=True)
+class MembershipSettings:
+    """The adversary's settings, from the message config (``adversary.*``)."""
+
+    partition: int
+    extra_tolerance: float = 0.0
+    run_dir: str = ""
+
+    @classmethod
+    def from_config(cls, config: ConfigRecord) -> MembershipSettings:
+        """Parse ``adversary.partition``, ``adversary.membership.*``, the run dir."""
+        partition = config.get("adversary.partition")
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise ConfigError("the message config lacks an integer adversary.partition")
+        tolerance = config.get("adversary.membership.extra_tolerance", 0.0)
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+            raise ConfigError("adversary.membership.extra_tolerance must be a number")
+        run_dir = config.get("experiment.run-dir", "")
+        return cls(
+            partition=partition,
+            extra_tolerance=float(tolerance),
+            run_dir=run_dir if isinstance(run_dir, str) else "",
+        )
+
+
+def _embedding(arrays: ArrayRecord) -> np.ndarray:
+    if EMBEDDING_KEY not in arrays:
+        raise ConfigError(
+            f"the model has no {EMBEDDING_KEY!r}: the embedding-membership "
+            "adversary needs a text model (text-cnn or text-gru)"
+        )
+    out: np.ndarray = arrays[EMBEDDING_KEY].numpy()
+    return out
+
+
+def _round_of(config: ConfigRecord | None) -> int:
+    value = None if config is None else config.get(protocol.SERVER_ROUND, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class EmbeddingMembershipAdversary(HonestClient):
+    """Honest uploads; on the side, the bag of words of the others' batches.
+
+    Settings come from the message config (:class:`MembershipSettings`).
+    """
+
+    kind: str = MEMBERSHIP_KIND
+
+    def settings(self) -> MembershipSettings:
+        """Return the settings of the current message."""
+        if self.config is None:
+            raise ConfigError("the adversary was not bound to a message (bind())")
+        return MembershipSettings.from_config(self.config)
+
+    def _context(self) -> Context:
+        if self.context is None:
+            raise ConfigError("the adversary was not bound to a node (bind())")
+        return self.context
+
+    def gradient_reply(
+        self, arrays: ArrayRecord, state: ConfigRecord
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """Honest one-batch gradient (Alg. 1); observe round ``t - 1`` on the side."""
+        out, metrics = super().gradient_reply(arrays, state)
+        theta = _embedding(arrays)
+        self._observe(theta)
+        self._remember(theta, _embedding(out))
+        return out, metrics
+
+    def model_reply(
+        self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """Honest local training (Alg. 2); observe round ``t - 1`` on the side."""
+        out, metrics = super().model_reply(arrays, config, server_round)
+        theta = _embedding(arrays)
+        self._observe(theta)
+        self._remember(theta, _embedding(out).astype(np.float64) - theta)
+        return out, metrics
+
+    def _observe(self, theta: np.ndarray) -> None:
+        state = self._context().state
+        meta = state.config_records.get(_STATE_META)
+        server_round = _round_of(self.config)
+        if meta is None or meta.get("round") != server_round - 1:
+            return  # first round, or the adversary missed the previous round
+        previous = state.array_records[_STATE_PREVIOUS]
+        before, own = previous["theta"].numpy(), previous["own"].numpy()
+        settings = self.settings()
+        attack = EmbeddingMembership(theta.shape[0])
+        bag = attack.observe(
+            theta.astype(np.float64) - before,
+            own=own,
+            parameters=(before, theta),
+            extra_tolerance=settings.extra_tolerance,
+        )
+        if not settings.run_dir:
+            raise ConfigError(
+                "experiment.run-dir is empty: the membership adversary needs a run "
+                "directory for its observations (run through fedleak.experiments)"
+            )
+        path = Path(settings.run_dir) / "adversary" / BAGS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        row: dict[str, Any] = {
+            "round": server_round - 1,
+            "partition": self.partition_id,
+            "bag": bag.tolist(),
+        }
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    def _remember(self, theta: np.ndarray, own: np.ndarray) -> None:
+        state = self._context().state
+        state[_STATE_PREVIOUS] = ArrayRecord(
+            {
+                "theta": Array(np.ascontiguousarray(theta)),
+                "own": Array(np.ascontiguousarray(own)),
+            }
+        )
+        state[_STATE_META] = ConfigRecord({"round": _round_of(self.config)})
+
+
+def load_membership_attack(run_dir: str | Path, vocab_size: int) -> EmbeddingMembership:
+    """Rebuild the attack from the bags a run's adversary wrote.
+
+    Raises
+    ------
+    DataError
+        If the run has no bag file or a line is malformed (with its number).
+    """
+    path = Path(run_dir) / "adversary" / BAGS_FILE
+    if not path.is_file():
+        raise DataError(f"{path} not found: did the run have an embedding adversary?")
+    attack = EmbeddingMembership(vocab_size)
+    rows: list[tuple[int, list[int]]] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append((int(row["round"]), [int(i) for i in row["bag"]]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise DataError(f"{path}, line {number}: malformed bag ({err})") from None
+    for _, bag in sorted(rows):
+        attack.observe_bag(bag)
+    return attack
+
+
+def membership_behaviour(
+    spec: TaskSpec, partition_id: int, config: ConfigRecord
+) -> HonestClient | None:
+    """Return the adversary for ``adversary.partition``, else None (fall back)."""
+    if config.get("adversary.kind", "none") != MEMBERSHIP_KIND:
+        return None
+    if partition_id == MembershipSettings.from_config(config).partition:
+        return EmbeddingMembershipAdversary(spec, partition_id)
+    return None

@@ -1,0 +1,651 @@
+"""Property inference adversaries and the scripted target, as client behaviours.
+
+Seed 000 Ch. 7.1.1-7.1.5 (threat model, passive and active property
+inference, Alg. 7) and the experiments of Ch. 7.2.3-7.2.7. Every node of a
+simulation runs the same ClientApp; :func:`property_behaviour` picks the
+behaviour of a node from its partition id and the message config
+(``adversary.*`` and ``target.*`` entries, written by
+:meth:`fedleak.experiments.config.ExperimentConfig.client_config`):
+
+- the adversary's partition runs :class:`PassivePropertyAdversary` or
+  :class:`ActivePropertyAdversary`;
+- the target's partition (``task.property_target``) runs
+  :class:`PropertyTarget`, whose batches follow the configured schedule;
+- every other node is an honest :class:`~fedleak.clients.HonestClient`.
+
+The adversaries follow the protocol (they train and upload every round), keep
+the previous global model and their own previous upload in
+``Context.state``, derive the others' aggregate update from consecutive global
+models, compute labelled auxiliary gradients at the current model and write
+both to ``<run dir>/adversary/round-NNNNNN.npz``
+(:class:`fedleak.attacks.property.ObservationLog`), so the attack is trained
+and scored offline (:func:`fedleak.attacks.property.load_observations`). The
+target writes what its batches really held to ``<run dir>/target/truth.jsonl``
+(evaluation ground truth, never seen by the adversary).
+
+Assumptions the adversary makes about the protocol, as in the seed: it takes
+part in every round (``fraction_train = 1``), it knows the server step and
+reduction (sync-SGD) and the number of clients ``K``, and (model averaging)
+the clients hold equally many records, so its own weight is ``1/K``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Final, cast
+
+import numpy as np
+import torch
+from fedleak.attacks.property import ObservationLog, gradient_features
+from fedleak.attacks.property_gradients import (
+    AuxiliaryPools,
+    PropertyHead,
+    apply_head_step,
+    derive_averaging_aggregate,
+    derive_sgd_aggregate,
+    emulated_averaging_pair,
+    emulated_sgd_pair,
+    last_linear,
+    multitask_gradient,
+)
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
+
+from fedleak import protocol
+from fedleak.data import apply_property
+from fedleak.errors import ConfigError, DataError
+from fedleak.task import TaskSpec, client_data
+from fedleak.training import batch_gradient
+
+from .honest import HonestClient
+
+__all__ = [
+    "PROPERTY_ADVERSARY_KINDS",
+    "ActivePropertyAdversary",
+    "PassivePropertyAdversary",
+    "PropertyAttackSettings",
+    "PropertyTarget",
+    "TargetSchedule",
+    "auxiliary_pools",
+    "property_behaviour",
+]
+
+PROPERTY_ADVERSARY_KINDS: Final = ("passive-property", "active-property")
+"""Values of ``adversary.kind`` handled by :func:`property_behaviour`."""
+
+_STATE_MODEL = "fedleak.property.model"
+_STATE_UPLOAD = "fedleak.property.upload"
+_STATE_HEAD = "fedleak.property.head"
+_STATE_META = "fedleak.property.meta"
+
+
+def _value(config: ConfigRecord, key: str, kind: type, default: Any = None) -> Any:
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(
+            f"the message config lacks {key!r}: run property experiments through "
+            "fedleak.experiments (ExperimentConfig.client_config)"
+        )
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is not bool and isinstance(value, bool):
+        raise ConfigError(f"{key!r} must be {kind.__name__}, got bool")
+    if not isinstance(value, kind):
+        raise ConfigError(
+            f"{key!r} must be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class PropertyAttackSettings:
+    """The property adversary's settings, read from the message config.
+
+    Attributes mirror ``[adversary]``/``[adversary.property]`` of the
+    experiment file plus what the adversary knows of the protocol.
+    """
+
+    partition: int
+    pooling: str = "max"
+    aux_pairs: int = 1
+    aux_fraction: float = 1.0
+    emulate: int = 0
+    alpha: float = 0.0
+    head_learning_rate: float = 0.05
+    server_learning_rate: float = 0.05
+    reduction: str = "sum"
+    num_clients: int = 2
+    run_dir: str = ""
+
+    @classmethod
+    def from_config(cls, config: ConfigRecord) -> PropertyAttackSettings:
+        """Parse ``adversary.*``, ``protocol.*`` and ``experiment.run-dir``."""
+        p = "adversary.property."
+        return cls(
+            partition=_value(config, "adversary.partition", int),
+            pooling=_value(config, p + "pooling", str, "max"),
+            aux_pairs=_value(config, p + "aux_pairs", int, 1),
+            aux_fraction=_value(config, p + "aux_fraction", float, 1.0),
+            emulate=_value(config, p + "emulate", int, 0),
+            alpha=_value(config, p + "alpha", float, 0.0),
+            head_learning_rate=_value(config, p + "head_learning_rate", float, 0.05),
+            server_learning_rate=_value(config, "protocol.learning-rate", float),
+            reduction=_value(config, "protocol.reduction", str, "sum"),
+            num_clients=_value(config, "protocol.num-clients", int),
+            run_dir=_value(config, "experiment.run-dir", str, ""),
+        )
+
+    @property
+    def emulated_participants(self) -> int:
+        """Other participants whose aggregate the adversary emulates (``K - 1``)."""
+        return self.emulate or max(self.num_clients - 1, 1)
+
+
+@dataclass(frozen=True)
+class TargetSchedule:
+    """When the target's batches have the property (``[target]``).
+
+    In an eligible round ``r`` (``r >= join_round`` and, if
+    ``property_rounds = (a, b)``, ``a <= r < b``) with
+    ``r % property_every == 0`` the batch has the property in fraction
+    ``batch_fraction``; ``property_every = 0`` keeps the honest batch order.
+    ``control`` never uses a record with the property.
+    """
+
+    property_every: int = 2
+    batch_fraction: float = 1.0
+    property_rounds: tuple[int, ...] = ()
+    join_round: int = 1
+    control: bool = False
+
+    @classmethod
+    def from_config(cls, config: ConfigRecord) -> TargetSchedule:
+        """Parse the ``target.*`` entries."""
+        rounds = config.get("target.property_rounds", [])
+        if not isinstance(rounds, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in rounds
+        ):
+            raise ConfigError("'target.property_rounds' must be a list of integers")
+        return cls(
+            property_every=_value(config, "target.property_every", int, 2),
+            batch_fraction=_value(config, "target.batch_fraction", float, 1.0),
+            property_rounds=tuple(cast(list[int], rounds)),
+            join_round=_value(config, "target.join_round", int, 1),
+            control=_value(config, "target.control", bool, False),
+        )
+
+    def joined(self, server_round: int) -> bool:
+        """Whether the target takes part in ``server_round``."""
+        return server_round >= self.join_round
+
+    def has_property(self, server_round: int) -> bool:
+        """Whether the scripted batch of ``server_round`` has the property."""
+        if self.control or self.property_every == 0 or not self.joined(server_round):
+            return False
+        if self.property_rounds:
+            a, b = self.property_rounds
+            if not a <= server_round < b:
+                return False
+        return server_round % self.property_every == 0
+
+
+def _round_of(config: ConfigRecord | None) -> int:
+    value = None if config is None else config.get(protocol.SERVER_ROUND, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def auxiliary_pools(spec: TaskSpec, partition_id: int) -> AuxiliaryPools:
+    """Build the adversary's ``X_prop`` / ``X_nonprop`` from its partition (Alg. 7).
+
+    ``X_nonprop`` is its records without the property; ``X_prop`` is the same
+    records rendered with ``spec.property_kind`` (a label-independent
+    property, :mod:`fedleak.data.properties`) plus any records that already
+    have it. Both pools are as large as the partition, so an emulated
+    participant (Ch. 7.2.7) can hold as many distinct records as a real one.
+    Cached per process.
+    """
+    return _auxiliary_pools(spec.data_key(), spec, partition_id)
+
+
+@lru_cache(maxsize=8)
+def _auxiliary_pools(
+    key: tuple[Any, ...], spec: TaskSpec, partition_id: int
+) -> AuxiliaryPools:
+    data = client_data(spec, partition_id)
+    plain = np.flatnonzero(~data.has_property)
+    already = np.flatnonzero(data.has_property)
+    if plain.size == 0:
+        raise DataError(
+            f"the adversary's partition {partition_id} has no record without the "
+            "property to build its auxiliary data from"
+        )
+    rendered = apply_property(data.x_train[plain].numpy(), spec.property_kind)
+    return AuxiliaryPools(
+        x_prop=torch.cat([torch.from_numpy(rendered), data.x_train[already]]),
+        y_prop=torch.cat([data.y_train[plain], data.y_train[already]]),
+        x_nonprop=data.x_train[plain],
+        y_nonprop=data.y_train[plain],
+    )
+
+
+class PassivePropertyAdversary(HonestClient):
+    """Passive property inference adversary (seed 000 Ch. 7.1.4, Alg. 7).
+
+    It replies exactly as an honest client would (sync-SGD: the gradient of
+    its next batch; model averaging: its locally trained model). On the side,
+    in round ``t`` it
+
+    1. derives the others' aggregate update of round ``t - 1`` from the global
+       models it received (Ch. 7.1.2): under synchronized SGD (Alg. 1)
+       ``sum_{k != adv} g_k = (theta_{t-2} - theta_{t-1}) / lr - g_adv``
+       (times ``K`` for a mean reduction); under model averaging (Alg. 2)
+       ``theta_{t-1} - theta_{t-2} - (theta_adv - theta_{t-2}) / K``;
+    2. computes ``aux_pairs`` labelled gradient pairs at the current model
+       (Alg. 7, lines 6-9), emulating the aggregate of ``K - 1`` others
+       (Ch. 7.2.6-7.2.7);
+    3. writes the pooled features of both to its observation log.
+
+    Settings come from the message config (:class:`PropertyAttackSettings`).
+    """
+
+    kind: str = "passive-property"
+
+    def settings(self) -> PropertyAttackSettings:
+        """Return the attack settings of the current message."""
+        if self.config is None:
+            raise ConfigError("the adversary was not bound to a message (bind())")
+        return PropertyAttackSettings.from_config(self.config)
+
+    def _context(self) -> Context:
+        if self.context is None:
+            raise ConfigError("the adversary was not bound to a node (bind())")
+        return self.context
+
+    # ------------------------------------------------------------- uploads
+    def upload_gradient(
+        self, model: torch.nn.Module, state: ConfigRecord
+    ) -> tuple[dict[str, np.ndarray], float, float, int]:
+        """Compute the protocol's ClientUpdate (Alg. 1): the honest batch gradient.
+
+        Returns the gradient, loss, accuracy and batch size.
+        """
+        batch = torch.from_numpy(self.next_batch(state))
+        grads, loss, acc = batch_gradient(
+            model, self.data.x_train[batch], self.data.y_train[batch]
+        )
+        return grads, loss, acc, int(batch.shape[0])
+
+    def gradient_reply(
+        self, arrays: ArrayRecord, state: ConfigRecord
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """Honest one-batch gradient; observe the previous round on the side."""
+        settings = self.settings()
+        server_round = _round_of(self.config)
+        theta = _numpy(arrays)
+        model = self.model_at(arrays)
+        grads, loss, acc, size = self.upload_gradient(model, state)
+        observed = self._observe_sgd(theta, settings, server_round)
+        aux, labels = self._auxiliary(model, settings, server_round, averaging=False)
+        self._log(settings, server_round, observed, aux, labels)
+        self._remember(theta, grads, server_round)
+        metrics = MetricRecord(
+            {protocol.NUM_EXAMPLES: size, "train-loss": loss, "train-accuracy": acc}
+        )
+        return _record(grads), metrics
+
+    def model_reply(
+        self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """Honest local training; observe the previous round on the side."""
+        settings = self.settings()
+        theta = _numpy(arrays)
+        out, metrics = super().model_reply(arrays, config, server_round)
+        observed = self._observe_averaging(theta, settings, server_round)
+        model = self.model_at(arrays)
+        aux, labels = self._auxiliary(model, settings, server_round, averaging=True)
+        self._log(settings, server_round, observed, aux, labels)
+        self._remember(theta, _numpy(out), server_round)
+        return out, metrics
+
+    # --------------------------------------------------------- observation
+    def _previous(
+        self, server_round: int
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        state = self._context().state
+        meta = state.config_records.get(_STATE_META)
+        if meta is None or meta.get("round") != server_round - 1:
+            return None
+        return (
+            _numpy(state.array_records[_STATE_MODEL]),
+            _numpy(state.array_records[_STATE_UPLOAD]),
+        )
+
+    def _remember(
+        self, theta: dict[str, np.ndarray], upload: dict[str, np.ndarray], rnd: int
+    ) -> None:
+        state = self._context().state
+        state[_STATE_MODEL] = _record(theta)
+        state[_STATE_UPLOAD] = _record(upload)
+        state[_STATE_META] = ConfigRecord({"round": rnd})
+
+    def _observe_sgd(
+        self,
+        theta: dict[str, np.ndarray],
+        settings: PropertyAttackSettings,
+        server_round: int,
+    ) -> dict[str, np.ndarray] | None:
+        previous = self._previous(server_round)
+        if previous is None:
+            return None
+        before, upload = previous
+        scale = 1.0 if settings.reduction == "sum" else float(settings.num_clients)
+        observed: dict[str, np.ndarray] = derive_sgd_aggregate(
+            before, theta, upload, settings.server_learning_rate, scale
+        )
+        return observed
+
+    def _observe_averaging(
+        self,
+        theta: dict[str, np.ndarray],
+        settings: PropertyAttackSettings,
+        server_round: int,
+    ) -> dict[str, np.ndarray] | None:
+        previous = self._previous(server_round)
+        if previous is None:
+            return None
+        before, own_model = previous
+        observed: dict[str, np.ndarray] = derive_averaging_aggregate(
+            before, theta, own_model, 1.0 / settings.num_clients
+        )
+        return observed
+
+    def _auxiliary(
+        self,
+        model: torch.nn.Module,
+        settings: PropertyAttackSettings,
+        server_round: int,
+        *,
+        averaging: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        pools = auxiliary_pools(self.spec, self.partition_id)
+        rng = self.rng(0xA11, server_round)
+        rows: list[np.ndarray] = []
+        labels: list[int] = []
+        config = self.config if self.config is not None else ConfigRecord()
+        for _ in range(settings.aux_pairs):
+            if averaging:
+                epochs = config.get(protocol.LOCAL_EPOCHS, self.spec.local_epochs)
+                lr = config.get(protocol.LEARNING_RATE, self.spec.learning_rate)
+                positive, negative = emulated_averaging_pair(
+                    model,
+                    pools,
+                    participants=settings.emulated_participants,
+                    total_participants=settings.num_clients,
+                    records=self.data.num_train,
+                    prop_fraction=settings.aux_fraction,
+                    epochs=int(cast(int, epochs)),
+                    batch_size=self.spec.batch_size,
+                    learning_rate=float(cast(float, lr)),
+                    rng=rng,
+                )
+            else:
+                positive, negative = emulated_sgd_pair(
+                    model,
+                    pools,
+                    batch_size=self.spec.batch_size,
+                    participants=settings.emulated_participants,
+                    prop_fraction=settings.aux_fraction,
+                    rng=rng,
+                )
+            rows += [
+                gradient_features(positive, settings.pooling),
+                gradient_features(negative, settings.pooling),
+            ]
+            labels += [1, 0]
+        return np.stack(rows), np.asarray(labels)
+
+    def _log(
+        self,
+        settings: PropertyAttackSettings,
+        server_round: int,
+        observed: dict[str, np.ndarray] | None,
+        aux: np.ndarray,
+        labels: np.ndarray,
+    ) -> None:
+        if not settings.run_dir:
+            raise ConfigError(
+                "experiment.run-dir is empty: the property adversary needs a run "
+                "directory for its observations (run through fedleak.experiments)"
+            )
+        features = (
+            None if observed is None else gradient_features(observed, settings.pooling)
+        )
+        ObservationLog(Path(settings.run_dir) / "adversary").write_round(
+            server_round,
+            observed=features,
+            observed_round=server_round - 1 if features is not None else -1,
+            aux=aux,
+            aux_labels=labels,
+            meta={
+                "pooling": settings.pooling,
+                "partition": self.partition_id,
+                "emulated_participants": settings.emulated_participants,
+                "aux_fraction": settings.aux_fraction,
+                "alpha": settings.alpha,
+                "kind": self.kind,
+            },
+        )
+
+
+class ActivePropertyAdversary(PassivePropertyAdversary):
+    """Active property inference by multi-task learning (seed 000 Ch. 7.1.5).
+
+    The adversary extends its copy of the model with a property head on the
+    last layer (:class:`fedleak.attacks.property_gradients.PropertyHead`, kept
+    in ``Context.state``) and uploads the gradient of
+
+    ``L = (1 - alpha) * L(x, y; theta) + alpha * L(x', p; theta)``
+
+    where ``(x, y)`` is its honest batch and ``(x', p)`` an auxiliary batch
+    with property labels (half with, half without). **alpha weights the
+    property term**, so ``alpha = 0`` uploads exactly what
+    :class:`PassivePropertyAdversary` uploads (the seed's Fig. 7.6 calls
+    alpha = 0 the passive attack; its formula puts alpha on the main term).
+    Observation and scoring are the passive adversary's. Synchronized SGD
+    only (the upload is a gradient).
+    """
+
+    kind: str = "active-property"
+
+    def upload_gradient(
+        self, model: torch.nn.Module, state: ConfigRecord
+    ) -> tuple[dict[str, np.ndarray], float, float, int]:
+        """Compute the multi-task gradient; take one SGD step of the local head."""
+        settings = self.settings()
+        batch = torch.from_numpy(self.next_batch(state))
+        x, y = self.data.x_train[batch], self.data.y_train[batch]
+        head = self._head(model)
+        server_round = _round_of(self.config)
+        pools = auxiliary_pools(self.spec, self.partition_id)
+        x_p, _, p = pools.batch(
+            self.spec.batch_size, 0.5, self.rng(0xAC7, server_round)
+        )
+        shared, head_grads, _ = multitask_gradient(
+            model, head, (x, y), (x_p, p), settings.alpha
+        )
+        apply_head_step(head, head_grads, settings.head_learning_rate)
+        self._context().state[_STATE_HEAD] = _record(
+            {k: v.detach().numpy().copy() for k, v in head.state_dict().items()}
+        )
+        with torch.no_grad():
+            logits = model(x)
+            loss = float(torch.nn.functional.cross_entropy(logits, y).item())
+            acc = float((logits.argmax(dim=1) == y).float().mean().item())
+        return shared, loss, acc, int(batch.shape[0])
+
+    def _head(self, model: torch.nn.Module) -> PropertyHead:
+        head = PropertyHead(last_linear(model).in_features, seed=self.spec.seed)
+        stored = self._context().state.array_records.get(_STATE_HEAD)
+        if stored is not None:
+            head.load_state_dict(
+                {k: torch.from_numpy(v.copy()) for k, v in _numpy(stored).items()}
+            )
+        return head
+
+
+class PropertyTarget(HonestClient):
+    """The target participant of the property experiments (Ch. 7.2.3-7.2.7).
+
+    Its partition of the ``property`` split holds records with and without the
+    property; :class:`TargetSchedule` decides what each batch holds. Under
+    synchronized SGD each round's batch is drawn (seeded by round) from its
+    records with the property (``batch_fraction`` of the batch) in property
+    rounds and from those without otherwise; under model averaging it trains
+    on its whole partition (or, with ``control``, on its records without the
+    property). Before ``join_round`` it uploads a zero update (sync-SGD: a
+    zero gradient; model averaging: the received model unchanged). Every
+    round it appends the truth to ``<run dir>/target/truth.jsonl``.
+    """
+
+    def schedule(self) -> TargetSchedule:
+        """Return the schedule of the current message."""
+        if self.config is None:
+            raise ConfigError("the target was not bound to a message (bind())")
+        return TargetSchedule.from_config(self.config)
+
+    def _truth(self, server_round: int, fraction: float, joined: bool) -> None:
+        run_dir = "" if self.config is None else self.config.get("experiment.run-dir")
+        if isinstance(run_dir, str) and run_dir:
+            _append_jsonl(
+                Path(run_dir) / "target" / "truth.jsonl",
+                {
+                    "round": server_round,
+                    "property": fraction > 0,
+                    "fraction": fraction,
+                    "joined": joined,
+                },
+            )
+
+    def _indices(self, with_property: bool) -> np.ndarray:
+        mask = self.data.has_property if with_property else ~self.data.has_property
+        return np.flatnonzero(mask)
+
+    def gradient_reply(
+        self, arrays: ArrayRecord, state: ConfigRecord
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """One batch scripted by the schedule (Alg. 1 ClientUpdate)."""
+        schedule = self.schedule()
+        server_round = _round_of(self.config)
+        size = min(self.spec.batch_size, self.data.num_train)
+        if not schedule.joined(server_round):
+            model = self.model_at(arrays)
+            zero = {
+                n: np.zeros(tuple(p.shape), dtype=np.float32)
+                for n, p in model.named_parameters()
+            }
+            self._truth(server_round, 0.0, False)
+            return _record(zero), MetricRecord({protocol.NUM_EXAMPLES: size})
+        if schedule.property_every == 0 and not schedule.control:
+            batch = self.next_batch(state)
+        else:
+            fraction = (
+                schedule.batch_fraction if schedule.has_property(server_round) else 0.0
+            )
+            batch = self._scripted_batch(size, fraction, server_round)
+        x = self.data.x_train[torch.from_numpy(batch)]
+        y = self.data.y_train[torch.from_numpy(batch)]
+        grads, loss, acc = batch_gradient(self.model_at(arrays), x, y)
+        frac = float(self.data.has_property[batch].mean()) if batch.size else 0.0
+        self._truth(server_round, frac, True)
+        metrics = MetricRecord(
+            {
+                protocol.NUM_EXAMPLES: int(batch.size),
+                "train-loss": loss,
+                "train-accuracy": acc,
+            }
+        )
+        return _record(grads), metrics
+
+    def _scripted_batch(
+        self, size: int, fraction: float, server_round: int
+    ) -> np.ndarray:
+        rng = self.rng(0x7A6, server_round)
+        n_prop = round(fraction * size)
+        chosen = []
+        for count, with_property in ((n_prop, True), (size - n_prop, False)):
+            pool = self._indices(with_property)
+            if count == 0:
+                continue
+            if pool.size == 0:
+                raise DataError(
+                    f"the target (partition {self.partition_id}) has no records "
+                    f"{'with' if with_property else 'without'} the property for "
+                    "its scripted batch; adjust data.property_target_fraction"
+                )
+            chosen.append(rng.choice(pool, size=count, replace=count > pool.size))
+        return np.sort(np.concatenate(chosen))
+
+    def model_reply(
+        self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
+    ) -> tuple[ArrayRecord, MetricRecord]:
+        """Local training on its partition (Alg. 2), or a zero update before joining."""
+        schedule = self.schedule()
+        if not schedule.joined(server_round):
+            self._truth(server_round, 0.0, False)
+            return ArrayRecord(dict(arrays.items())), MetricRecord(
+                {protocol.NUM_EXAMPLES: self.data.num_train}
+            )
+        if schedule.control:
+            keep = torch.from_numpy(self._indices(False))
+            if keep.numel() == 0:
+                raise DataError(
+                    "a control target needs records without the property; lower "
+                    "data.property_target_fraction"
+                )
+            self.data = dataclasses.replace(
+                self.data,
+                x_train=self.data.x_train[keep],
+                y_train=self.data.y_train[keep],
+                has_property=self.data.has_property[keep.numpy()],
+            )
+        self._truth(server_round, float(self.data.has_property.mean()), True)
+        return super().model_reply(arrays, config, server_round)
+
+
+def property_behaviour(
+    spec: TaskSpec, partition_id: int, config: ConfigRecord
+) -> HonestClient | None:
+    """Pick the property-experiment behaviour of a node, or None if not involved.
+
+    Returns the adversary for ``adversary.partition``, the
+    :class:`PropertyTarget` for ``task.property_target`` and None otherwise
+    (including when ``adversary.kind`` is not a property adversary), so a
+    caller can fall back to another behaviour.
+    """
+    kind = config.get("adversary.kind", "none")
+    if kind not in PROPERTY_ADVERSARY_KINDS:
+        return None
+    if partition_id == _value(config, "adversary.partition", int):
+        if kind == "active-property":
+            return ActivePropertyAdversary(spec, partition_id)
+        return PassivePropertyAdversary(spec, partition_id)
+    if partition_id == spec.property_target:
+        return PropertyTarget(spec, partition_id)
+    return None

@@ -1,0 +1,524 @@
+"""``fedleak bench defenses``: the defenses of seed 000 Ch. 7.3 against both attacks.
+
+Every row is a two-party synchronized-SGD run in this process (the simulation
+of :mod:`fedleak.experiments.bench_membership`) on the synthetic check-ins
+(:func:`fedleak.data.checkins.synthetic_checkins`; main task: the binary
+user attribute, the stand-in for FourSquare's gender), with the target
+defended. The model is the embedding + CNN with the single FC layer of the
+thesis' CSI model (``cnn_hidden=None``): under plain server SGD at
+``lr = 0.3`` it leaves its initial plateau within about 100 rounds, where
+the two-layer FourSquare head needs about 250 (measured on the quick data),
+so the utility columns are those of a trained model. Each row reports
+
+- **membership**: precision and recall of
+  :class:`fedleak.attacks.membership.EmbeddingMembership` (Ch. 7.1.3);
+- **property**: the single-batch AUC of the passive property attack
+  (:mod:`fedleak.attacks.property`, Alg. 7) for the property "the user lives
+  in the top region" (home area 0; the thesis' "Top region (Antwerpen)" of
+  the CSI corpus): half of the target's batches are drawn from its users in
+  the top region, half from the others (``m = 2``, Ch. 7.2.3); every round
+  the adversary computes gradients on :data:`AUX_BATCHES` auxiliary batches
+  of each kind from its own users, and a logistic regression on the
+  bag-of-words of the embedding update (Ch. 7.1.2) scores the target's
+  observed updates. The home area is a latent trait of the user, not a
+  function of the tokens: only :data:`HOME_FRACTION` (20%) of a user's
+  check-ins are drawn in the home area, the rest city-wide, so a venue of
+  area 0 in a batch is weak evidence (with the generator's default 70% the
+  batch's bag of words gives the property away and the AUC is 1.0 under
+  every defense but DP);
+- **model**: accuracy and AUC of the joint model on held-out users;
+- **epsilon** where the defense is differentially private.
+
+Tables (seed figures for comparison in the JSON):
+
+``vocabulary`` (Table 7.6)
+    top-``N`` venues; the adversary tests a record's restricted bag.
+``share_fraction`` (Table 7.5)
+    fraction of the update's coordinates the target uploads (1/10/50/100%;
+    the top-k is over the whole update, and a batch's words occupy a few
+    percent of its coordinates, so their rows survive until the fraction
+    falls below that).
+``dropout`` (Table 7.7)
+    dropout after the max-pool layer, p = 0.1 ... 0.9.
+``participant_dp`` (Ch. 7.3.4)
+    each client's update clipped with Flower's ``clip_inputs_inplace``, the
+    sum noised with ``noise_multiplier * clipping_norm`` (Flower's
+    ``compute_stdv`` for the sum); participant-level epsilon from
+    dp-accounting. (Flower's ``DifferentialPrivacyServerSide*`` wrappers do
+    the same in a federation: ``[privacy]`` of an experiment file.)
+``record_dp``
+    the target trains with DP-SGD (Opacus per-sample gradients, clipping
+    norm 1): record-level epsilon from dp-accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import fedleak
+from fedleak.attacks.membership import contribution_scale
+from fedleak.attacks.property import (
+    BatchPropertyClassifier,
+    gradient_features,
+    single_batch_auc,
+)
+from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses, restrict_inputs
+from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
+from fedleak.data.text import TextDataset
+from fedleak.errors import ConfigError
+from fedleak.models import build_text_model
+from fedleak.training import batch_gradient, get_arrays, set_arrays
+
+from .bench_membership import (
+    MembershipSetup,
+    SimulationOutcome,
+    simulate_membership,
+)
+from .results import SCHEMA_VERSION, write_atomic, write_json_atomic
+
+__all__ = [
+    "AUX_BATCHES",
+    "HOME_FRACTION",
+    "TABLES",
+    "run_defenses_bench",
+    "simulate_property",
+]
+
+ProgressFn = Callable[[str], None]
+
+HOME_FRACTION = 0.2
+"""Share of a user's check-ins drawn in the home area (the property's signal)."""
+
+AUX_BATCHES = 4
+"""Auxiliary batches of each kind the property adversary uses per round."""
+
+TABLES: tuple[str, ...] = (
+    "vocabulary",
+    "share_fraction",
+    "dropout",
+    "participant_dp",
+    "record_dp",
+)
+
+#: Seed 000 figures: Table 7.5 (CSI, top region AUC), 7.6 (FourSquare: top-N,
+#: attack precision, model AUC), 7.7 (CSI: dropout, attack AUC, model AUC).
+THESIS: dict[str, list[list[float]]] = {
+    "share_fraction": [[0.1, 0.84], [0.5, 0.86], [1.0, 0.93]],
+    "vocabulary": [
+        [30000, 0.91, 0.64],
+        [10000, 0.86, 0.59],
+        [3000, 0.65, 0.51],
+        [1000, 0.52, 0.50],
+    ],
+    "dropout": [
+        [0.1, 0.94, 0.87],
+        [0.3, 0.97, 0.87],
+        [0.5, 0.98, 0.87],
+        [0.7, 0.99, 0.86],
+        [0.9, 0.99, 0.84],
+    ],
+}
+
+
+def simulate_property(
+    data: TextDataset,
+    has_property: np.ndarray,
+    setup: MembershipSetup,
+    *,
+    rounds: int,
+    seed: int,
+    aux_batches: int = 1,
+) -> float:
+    """Single-batch property inference AUC in two-party synchronized SGD.
+
+    Parameters
+    ----------
+    data : TextDataset
+        Training records (split evenly between target and adversary).
+    has_property : numpy.ndarray of bool
+        Property of every training record.
+    setup : MembershipSetup
+        Model, batch size, server step and the target's defenses.
+    rounds : int
+        Rounds (even rounds: property batches of the target).
+    seed : int
+        Seeds the split, model, batches and noise.
+    aux_batches : int, default=1
+        Auxiliary batches of each kind the adversary differentiates per
+        round (Alg. 7, lines 6-9): the training set of ``f_prop`` has
+        ``2 * aux_batches * rounds`` examples.
+
+    Returns
+    -------
+    float
+        ROC AUC of the adversary's scores of the target's observed updates.
+    """
+    if aux_batches < 1:
+        raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
+    if has_property.shape != (data.x_train.shape[0],):
+        raise ConfigError("has_property needs one flag per training record")
+    split, batches, noise, model_seed = np.random.SeedSequence([seed, 0x9909]).spawn(4)
+    order = np.random.default_rng(split).permutation(has_property.size)
+    half = order.size // 2
+    pools = {}
+    for role, idx in (("target", order[:half]), ("adversary", order[half:])):
+        pools[role, True] = idx[has_property[idx]]
+        pools[role, False] = idx[~has_property[idx]]
+    size = setup.batch_size
+    if min(p.size for p in pools.values()) < size:
+        raise ConfigError(
+            f"batch size {size} exceeds a property pool "
+            f"({ {k: v.size for k, v in pools.items()} })"
+        )
+    rng = np.random.default_rng(batches)
+    noise_rng = np.random.default_rng(noise)
+    defenses = setup.defenses
+    x_all = torch.from_numpy(data.x_train)
+    if defenses.vocab_top_n is not None:
+        x_all = restrict_inputs(x_all, defenses.vocab_top_n)
+    y_all = torch.from_numpy(data.y_train)
+    model = build_text_model(
+        setup.model,
+        data.vocab_size,
+        data.num_classes,
+        seed=int(model_seed.generate_state(1)[0]),
+        dropout=setup.dropout,
+        embedding_dim=setup.embedding_dim,
+        cnn_hidden=setup.cnn_hidden,
+    )
+    params = {k: v.astype(np.float32) for k, v in get_arrays(model).items()}
+    aux_x: list[np.ndarray] = []
+    aux_y: list[int] = []
+    observed: list[np.ndarray] = []
+    truth: list[int] = []
+
+    def pick(role: str, prop: bool) -> torch.Tensor:
+        pool = pools[role, prop]
+        return torch.from_numpy(np.sort(rng.choice(pool, size, replace=False)))
+
+    def features(update: dict[str, np.ndarray]) -> np.ndarray:
+        out: np.ndarray = gradient_features(update, "bow", layers=[EMBEDDING_KEY])
+        return out
+
+    for t in range(rounds):
+        set_arrays(model, params)
+        prop = t % 2 == 0
+        tb = pick("target", prop)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(noise_rng.integers(2**62)))
+            g_target = defenses.gradient(
+                model, x_all[tb], y_all[tb], seed=int(noise_rng.integers(2**62))
+            )
+            ab = pick("adversary", bool(rng.integers(2)))
+            g_adv, _, _ = batch_gradient(model, x_all[ab], y_all[ab])
+            for aux_prop in (True, False):
+                for _ in range(aux_batches):
+                    aux = pick("adversary", aux_prop)
+                    g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
+                    aux_x.append(features(g_aux))
+                    aux_y.append(int(aux_prop))
+        updates = [g_target, g_adv]
+        new: dict[str, np.ndarray] = {}
+        for name, value in params.items():
+            step = sum(u[name].astype(np.float64) for u in updates if name in u)
+            if isinstance(step, int):
+                new[name] = value
+                continue
+            if setup.participant_noise is not None:
+                std = setup.participant_noise * setup.participant_clip
+                step = step + noise_rng.normal(0.0, std, step.shape)
+            new[name] = (value.astype(np.float64) - setup.learning_rate * step).astype(
+                np.float32
+            )
+        delta = {k: new[k].astype(np.float64) - params[k] for k in params}
+        scale = contribution_scale(delta[EMBEDDING_KEY], g_adv[EMBEDDING_KEY])
+        others = {
+            k: delta[k] - scale * g_adv[k] if k in g_adv else delta[k] for k in delta
+        }
+        observed.append(features({k: others[k] / -setup.learning_rate for k in others}))
+        truth.append(int(prop))
+        params = new
+    classifier = BatchPropertyClassifier(kind="logistic", random_state=seed)
+    classifier.fit(np.stack(aux_x), np.asarray(aux_y))
+    scores = classifier.predict_proba(np.stack(observed))[:, 1]
+    return float(single_batch_auc(np.asarray(truth), scores))
+
+
+def _dataset(quick: bool, seed: int) -> tuple[TextDataset, np.ndarray]:
+    size = 800 if quick else 2000
+    synthetic = synthetic_checkins(
+        num_users=size,
+        num_venues=size,
+        num_areas=5,
+        zipf_exponent=1.0,
+        mean_checkins=20.0,
+        attribute_shift=3.0,
+        home_fraction=HOME_FRACTION,
+        seed=seed,
+    )
+    attributes = synthetic.attribute_map()
+    data = checkin_dataset(
+        synthetic.table,
+        attributes,
+        vocab_size=30000,
+        length=60,
+        test_fraction=0.3,
+        seed=seed,
+    )
+    users = np.asarray(checkin_users(synthetic.table, attributes))
+    top_region = synthetic.home_area[users[data.train_index]] == 0
+    return data, top_region
+
+
+def _row(
+    table: str,
+    setting: float | int | None,
+    data: TextDataset,
+    top_region: np.ndarray,
+    setup: MembershipSetup,
+    *,
+    property_rounds: int,
+    seed: int,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    outcome: SimulationOutcome = simulate_membership(data, setup, seed=seed)
+    auc = simulate_property(
+        data,
+        top_region,
+        setup,
+        rounds=property_rounds,
+        seed=seed,
+        aux_batches=AUX_BATCHES,
+    )
+    return {
+        "table": table,
+        "setting": setting,
+        "membership_precision": outcome.scores.precision,
+        "membership_recall": outcome.scores.recall,
+        "mean_bag_size": outcome.scores.mean_bag_size,
+        "property_auc": auc,
+        "model_accuracy": outcome.accuracy,
+        "model_auc": outcome.auc,
+        "record_epsilon": outcome.record_epsilon,
+        "participant_epsilon": outcome.participant_epsilon,
+        "rounds": outcome.rounds,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _settings(quick: bool, vocab: int) -> dict[str, list[Any]]:
+    if quick:
+        return {
+            "vocabulary": [None, 100],
+            "share_fraction": [0.01, 1.0],
+            "dropout": [0.5],
+            "participant_dp": [1.0],
+            "record_dp": [1.0],
+        }
+    return {
+        "vocabulary": [None, *[n for n in (1000, 300, 100) if n < vocab]],
+        "share_fraction": [0.01, 0.1, 0.5, 1.0],
+        "dropout": [0.1, 0.5, 0.9],
+        "participant_dp": [0.3, 1.0, 4.0],
+        "record_dp": [0.5, 1.0, 4.0],
+    }
+
+
+def _setup_for(table: str, setting: Any, base: MembershipSetup) -> MembershipSetup:
+    if table == "vocabulary":
+        return replace(base, defenses=ClientDefenses(vocab_top_n=setting))
+    if table == "share_fraction":
+        return replace(base, defenses=ClientDefenses(share_fraction=setting))
+    if table == "dropout":
+        return replace(base, dropout=setting)
+    if table == "participant_dp":
+        return replace(base, participant_noise=setting, participant_clip=1.0)
+    if table == "record_dp":
+        return replace(
+            base,
+            defenses=ClientDefenses(dp_noise_multiplier=setting, dp_max_grad_norm=1.0),
+        )
+    raise ConfigError(f"unknown defense table {table!r}; choose from {list(TABLES)}")
+
+
+def _plot(path: Path, rows: list[dict[str, Any]], tables: Sequence[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.2))
+    for ax, table in zip(np.atleast_1d(axes), tables, strict=True):
+        mine = [r for r in rows if r["table"] == table]
+        labels = ["none" if r["setting"] is None else str(r["setting"]) for r in mine]
+        x = np.arange(len(mine))
+        for key, marker in (
+            ("membership_precision", "o"),
+            ("property_auc", "s"),
+            ("model_auc", "^"),
+        ):
+            ax.plot(x, [r[key] for r in mine], marker=marker, label=key)
+        ax.set_xticks(x, labels, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(table, fontsize=9)
+    np.atleast_1d(axes)[0].legend(fontsize=6)
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+
+
+def run_defenses_bench(
+    out: str | Path,
+    *,
+    tables: Sequence[str] = TABLES,
+    quick: bool = False,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Run the defense tables and write the JSON report (and a PNG) atomically.
+
+    Parameters
+    ----------
+    out : path
+        JSON file; the plot goes to ``<out stem>-tables.png``.
+    tables : sequence of str
+        Among :data:`TABLES`.
+    quick : bool
+        CI-sized data (800 users instead of 2,000), embedding 16 instead of
+        32, 5 epochs instead of 2 (the quick target has a third of the
+        records, hence a third of the rounds per epoch), one or two
+        settings per table, 30 property rounds instead of 60. (The
+        default scale is what finishes in about 15 minutes on a loaded
+        2-core machine.)
+    seed : int
+        Seed of everything.
+    progress : callable, optional
+        Receives one line per row.
+    """
+    unknown = [t for t in tables if t not in TABLES]
+    if unknown:
+        raise ConfigError(
+            f"unknown defense tables {unknown}; choose from {list(TABLES)}"
+        )
+    say = progress or (lambda _: None)
+    torch.set_num_threads(1)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # before the work
+    started = time.perf_counter()
+    logging.getLogger().addFilter(_quiet_accountant)
+    try:
+        return _run(out, tables, quick, seed, say, started)
+    finally:
+        logging.getLogger().removeFilter(_quiet_accountant)
+
+
+def _quiet_accountant(record: logging.LogRecord) -> bool:
+    """Drop dp-accounting's per-order convergence warnings (orders it skips)."""
+    return "_compute_log_a_frac failed to converge" not in record.getMessage()
+
+
+def _run(
+    out: str | Path,
+    tables: Sequence[str],
+    quick: bool,
+    seed: int,
+    say: ProgressFn,
+    started: float,
+) -> dict[str, Any]:
+    data, top_region = _dataset(quick, seed)
+    base = MembershipSetup(
+        model="text-cnn",
+        embedding_dim=16 if quick else 32,
+        cnn_hidden=None,
+        batch_size=10,
+        epochs=5 if quick else 2,
+        learning_rate=0.3,
+    )
+    property_rounds = 30 if quick else 60
+    rows: list[dict[str, Any]] = []
+    done: dict[MembershipSetup, dict[str, Any]] = {}
+    for table in tables:
+        for setting in _settings(quick, data.vocab_size)[table]:
+            setup = _setup_for(table, setting, base)
+            if setup in done:  # e.g. no vocabulary limit = sharing 100%
+                first = done[setup]
+                row = {
+                    **first,
+                    "table": table,
+                    "setting": setting,
+                    "same_run_as": [first["table"], first["setting"]],
+                }
+            else:
+                row = _row(
+                    table,
+                    setting,
+                    data,
+                    top_region,
+                    setup,
+                    property_rounds=property_rounds,
+                    seed=seed,
+                )
+                done[setup] = row
+            rows.append(row)
+            eps = row["record_epsilon"] or row["participant_epsilon"]
+            say(
+                f"{table}={setting}: membership precision "
+                f"{row['membership_precision']:.3f} recall "
+                f"{row['membership_recall']:.3f}, property AUC "
+                f"{row['property_auc']:.3f}, model AUC {row['model_auc']:.3f}"
+                + (f", epsilon {eps:.3g}" if eps is not None else "")
+                + f" ({row['wall_s']:.1f} s)"
+            )
+    out_path = Path(out)
+    plot_path = out_path.with_name(out_path.stem + "-tables.png")
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "benchmark": "defenses",
+        "description": __doc__,
+        "quick": quick,
+        "seed": seed,
+        "setup": {
+            "model": base.model,
+            "embedding_dim": base.embedding_dim,
+            "cnn_hidden": base.cnn_hidden,
+            "batch_size": base.batch_size,
+            "epochs": base.epochs,
+            "learning_rate": base.learning_rate,
+            "property_rounds": property_rounds,
+            "property_aux_batches": AUX_BATCHES,
+            "home_fraction": HOME_FRACTION,
+            "num_train": int(data.x_train.shape[0]),
+            "num_test": int(data.x_test.shape[0]),
+            "vocab_size": data.vocab_size,
+            "top_region_fraction": float(top_region.mean()),
+            "delta": base.delta,
+            "source": data.source,
+        },
+        "property_attack": "attacks/property.py (passive, Alg. 7, bag-of-words)",
+        "rows": rows,
+        "thesis": THESIS,
+        "plots": [plot_path.name],
+        "wall_s": time.perf_counter() - started,
+        "versions": {
+            "fedleak": fedleak.__version__,
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "flwr": version("flwr"),
+            "opacus": version("opacus"),
+            "dp-accounting": version("dp-accounting"),
+        },
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+    }
+    _plot(plot_path, rows, [t for t in TABLES if t in tables])
+    write_json_atomic(out_path, report)
+    return report

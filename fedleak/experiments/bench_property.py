@@ -1,0 +1,851 @@
+"""``fedleak bench property <experiment>``: the property-inference experiments.
+
+Seed 000 Ch. 7.2.3-7.2.7 on Fashion-MNIST with label-independent image
+properties (:mod:`fedleak.data.properties`). Every experiment runs its
+experiment file (``sim_configs/property_<experiment>.toml``) as Flower
+simulations with the adversary and the scripted target as clients
+(:mod:`fedleak.clients.property`), then trains the batch property classifier
+offline on the adversary's logged auxiliary gradients and scores its logged
+observations (:func:`analyse_run`). Each run's directory is kept under
+``FILE-runs/<label>/`` so it can be re-scored without re-training (running
+the same benchmark with the same ``FILE`` again replaces them).
+
+Experiments (thesis figure in brackets):
+
+``two-party``
+    single-batch AUC for several properties (Table 7.3), the watermark also
+    under :class:`~fedleak.strategies.SecureAggregation`;
+``fraction``
+    AUC vs the fraction of the batch with the property (Fig. 7.4);
+``rounds``
+    per-round scores when the property occurs only in some rounds (Fig. 7.5);
+``active``
+    AUC vs alpha of the active attack (Fig. 7.6);
+``multi-party``
+    AUC vs the number of participants under synchronized SGD (Fig. 7.7);
+``model-averaging``
+    property and control trials with K = 3 and 5 under model averaging, box
+    plots of the per-round scores and whole-dataset AUC (Fig. 7.8);
+``join``
+    per-round scores when the target joins mid-training (Fig. 7.9);
+``text``
+    the Yelp analogue on Debian's fortunes (Table 7.4, Figs. 7.4(b) and
+    7.7(b)): embedding-gradient bags of words, logistic regression, the top
+    words per property (:mod:`fedleak.attacks.property_text`, in-process).
+
+The thesis trains for 1,000-3,000 iterations; on a 2-core CPU the runs are
+scaled down (``scale`` in the JSON records rounds used vs the thesis').
+
+JSON schema (``schema_version`` 1)::
+
+    {"schema_version": 1, "experiment": str, "quick": bool, "seed": int,
+     "config_file": str, "scale": {"rounds": int, "thesis_iterations": int,
+     "factor": float}, "versions": {...}, "machine": {...},
+     "runs": [{"label": str, "params": {...}, "auc": float|null,
+               "dataset_score": float, "wall_s": float,
+               "test_accuracy": float|null, "run_dir": str, ...}],
+     "summary": {...experiment-specific medians and ratios...},
+     "plots": [str, ...], "wall_s": float}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+import fedleak
+from fedleak.attacks.property import (
+    BatchPropertyClassifier,
+    dataset_score,
+    load_observations,
+    score_series,
+    single_batch_auc,
+)
+from fedleak.errors import ConfigError, DataError
+
+from .config import ExperimentConfig, load_config
+from .results import write_atomic, write_json_atomic
+
+__all__ = [
+    "EXPERIMENTS",
+    "NORMALIZED_EXPERIMENTS",
+    "SCHEMA_VERSION",
+    "analyse_run",
+    "load_truth",
+    "run_property_bench",
+]
+
+SCHEMA_VERSION: Final = 1
+
+#: Experiments whose classifier sees unit-norm features: under model
+#: averaging the number of updates in the observed aggregate differs from the
+#: emulated one (a target that has not joined contributes nothing).
+NORMALIZED_EXPERIMENTS: Final = frozenset({"model-averaging", "join"})
+_TEXT_ROUNDS: Final = 150
+ProgressFn = Callable[[str], None]
+
+#: Iterations the thesis trains for in each experiment (for ``scale``).
+_THESIS_ITERATIONS: Final[dict[str, int]] = {
+    "two-party": 3000,
+    "fraction": 3000,
+    "rounds": 2500,
+    "active": 3000,
+    "multi-party": 3000,
+    "model-averaging": 500,
+    "join": 500,
+    "text": 3000,
+}
+
+
+def load_truth(path: str | Path) -> dict[int, float]:
+    """Read the target's ``truth.jsonl``: round -> fraction of its batch with it."""
+    truth: dict[int, float] = {}
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"{file}: no target truth (was a [target] client in the run?)")
+    for line in file.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            truth[int(row["round"])] = float(row["fraction"])
+    return truth
+
+
+def analyse_run(
+    run_dir: str | Path,
+    *,
+    classifier: str = "random-forest",
+    seed: int = 0,
+    smooth: int = 1,
+    normalize: bool = False,
+) -> dict[str, Any]:
+    """Train ``f_prop`` on a finished run's logged auxiliary gradients and score it.
+
+    Parameters
+    ----------
+    run_dir : path
+        A run directory holding ``adversary/`` (and ``target/truth.jsonl``).
+    classifier : {"random-forest", "logistic"}, default="random-forest"
+        :class:`fedleak.attacks.property.BatchPropertyClassifier` kind.
+    seed : int, default=0
+        The classifier's ``random_state``.
+    smooth : int, default=1
+        Moving-average window of the returned score series.
+    normalize : bool, default=False
+        Classify the direction of the updates only (see
+        :class:`~fedleak.attacks.property.BatchPropertyClassifier`).
+
+    Returns
+    -------
+    dict
+        ``auc`` (single-batch AUC, None if the truth has one class),
+        ``dataset_score`` (mean score), ``rounds``, ``scores``, ``truth``
+        (fraction of the target's batch with the property per round, None
+        where unknown), ``aux_gradients`` (labelled examples used).
+    """
+    folder = Path(run_dir)
+    obs = load_observations(folder / "adversary")
+    fitted = obs.fit(
+        BatchPropertyClassifier(kind=classifier, random_state=seed, normalize=normalize)
+    )
+    scores = obs.scores(fitted)
+    truth_file = folder / "target" / "truth.jsonl"
+    truth = load_truth(truth_file) if truth_file.is_file() else {}
+    fractions = [truth.get(int(r)) for r in obs.observed_rounds]
+    known = [i for i, f in enumerate(fractions) if f is not None]
+    labels = np.asarray([1 if (fractions[i] or 0.0) > 0 else 0 for i in known])
+    auc = (
+        single_batch_auc(labels, scores[known])
+        if known and np.unique(labels).size == 2
+        else None
+    )
+    rounds, series = score_series(obs.observed_rounds, scores, window=smooth)
+    return {
+        "auc": auc,
+        "dataset_score": dataset_score(scores) if scores.size else None,
+        "rounds": [int(r) for r in rounds],
+        "scores": [float(s) for s in series],
+        "truth": fractions,
+        "aux_gradients": int(obs.aux.shape[0]),
+        "features": int(obs.aux.shape[1]),
+    }
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class _Settings:
+    out: Path
+    quick: bool
+    seed: int
+    rounds: int | None
+    trials: int | None
+    secagg: bool | None
+    verbose: bool
+    say: ProgressFn
+    properties: tuple[str, ...] = ()
+
+
+def _config_path(experiment: str) -> Path:
+    name = f"property_{experiment.replace('-', '_')}.toml"
+    local = Path("sim_configs") / name
+    if local.is_file():
+        return local
+    bundled = resources.files("fedleak.sim_configs") / name
+    if bundled.is_file():
+        return Path(str(bundled))
+    raise ConfigError(f"experiment file {name} not found (nor bundled with fedleak)")
+
+
+def _run(
+    s: _Settings,
+    experiment: str,
+    label: str,
+    overrides: Sequence[str],
+    params: dict[str, Any],
+    *,
+    secagg: bool = False,
+) -> dict[str, Any]:
+    """Run one simulation and analyse it; return the JSON row."""
+    from .runner import run_experiment
+
+    extra = [f"seed={s.seed}"]
+    if s.rounds is not None:
+        extra.append(f"rounds={s.rounds}")
+    path = _config_path(experiment)
+    config = load_config(path, [*extra, *overrides])
+    if secagg:
+        online = min(3, config.federation.num_clients)
+        config = load_config(
+            path,
+            [
+                *extra,
+                *overrides,
+                "secure_aggregation.enabled=true",
+                f"secure_aggregation.min_online={online}",
+            ],
+        )
+    run_dir = s.out.with_name(s.out.stem + "-runs") / label
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    s.say(f"{experiment}: {label} ({config.rounds} rounds, K={_k(config)})")
+    started = time.perf_counter()
+    outcome = run_experiment(config, out=run_dir, verbose=s.verbose)
+    wall = time.perf_counter() - started
+    analysis = analyse_run(
+        run_dir, seed=s.seed, normalize=experiment in NORMALIZED_EXPERIMENTS
+    )
+    final = outcome.results.get("final", {})
+    row = {
+        "label": label,
+        "params": {**params, "secure_aggregation": secagg},
+        "rounds": config.rounds,
+        "num_clients": _k(config),
+        "auc": analysis["auc"],
+        "dataset_score": analysis["dataset_score"],
+        "aux_gradients": analysis["aux_gradients"],
+        "features": analysis["features"],
+        "wall_s": wall,
+        "median_round_s": outcome.results["timing"]["median_round_after_first_s"],
+        "test_accuracy": final.get("test-accuracy"),
+        "run_dir": str(run_dir),
+        "series": {"rounds": analysis["rounds"], "scores": analysis["scores"]},
+        "truth": analysis["truth"],
+    }
+    auc = "n/a" if row["auc"] is None else f"{row['auc']:.3f}"
+    s.say(f"  AUC {auc}, mean score {row['dataset_score']:.3f}, {wall:.0f} s")
+    return row
+
+
+def _k(config: ExperimentConfig) -> int:
+    return config.federation.num_clients
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _figure(path: Path, draw: Callable[[Any], None], size: tuple[float, float]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=size)
+    try:
+        draw(fig)
+        fig.tight_layout()
+
+        def write(tmp: Path) -> None:
+            fig.savefig(tmp, format="png", dpi=110)
+
+        write_atomic(path, write)
+    finally:
+        plt.close(fig)
+    return str(path)
+
+
+def _plot_path(s: _Settings, name: str) -> Path:
+    return s.out.with_name(f"{s.out.stem}-{name}.png")
+
+
+def _plot_lines(
+    s: _Settings,
+    name: str,
+    title: str,
+    xlabel: str,
+    curves: dict[str, tuple[list[float], list[float | None]]],
+) -> str:
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        for label, (xs, ys) in curves.items():
+            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set(xlabel=xlabel, ylabel="single-batch AUC", title=title, ylim=(0.4, 1.02))
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.grid(alpha=0.3)
+        ax.legend()
+
+    return _figure(_plot_path(s, name), draw, (5.5, 3.8))
+
+
+def _plot_series(
+    s: _Settings, name: str, title: str, rows: list[dict[str, Any]], marks: list[int]
+) -> str:
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        for row in rows:
+            xs, ys = row["series"]["rounds"], row["series"]["scores"]
+            ax.plot(xs, ys, lw=1.0, label=row["label"])
+            truth = row["truth"]
+            if truth:
+                on = [x for x, f in zip(xs, truth, strict=True) if f]
+                ax.scatter(on, [1.03] * len(on), s=4, color="tab:red")
+        for mark in marks:
+            ax.axvline(mark, color="grey", ls="--", lw=0.8)
+        ax.set(xlabel="round", ylabel="P(property)", title=title, ylim=(-0.02, 1.07))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right")
+
+    return _figure(_plot_path(s, name), draw, (7.0, 3.8))
+
+
+# ------------------------------------------------------------ experiments
+
+
+def _two_party(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    properties = list(s.properties) or (
+        ["watermark"] if s.quick else ["watermark", "inverted", "blurred"]
+    )
+    rows = []
+    for kind in properties:
+        rows.append(
+            _run(
+                s,
+                "two-party",
+                kind,
+                [f"data.property_kind={kind!r}"],
+                {"property": kind},
+            )
+        )
+    if s.secagg is not False:
+        rows.append(
+            _run(
+                s,
+                "two-party",
+                "watermark-secagg",
+                ["data.property_kind='watermark'"],
+                {"property": "watermark"},
+                secagg=True,
+            )
+        )
+    plain = next(r for r in rows if r["label"] == "watermark")
+    summary: dict[str, Any] = {
+        "auc": {r["label"]: r["auc"] for r in rows},
+        "watermark_auc": plain["auc"],
+    }
+    secure = [r for r in rows if r["params"]["secure_aggregation"]]
+    if secure:
+        summary["watermark_secagg_auc"] = secure[0]["auc"]
+        summary["secagg_auc_difference"] = abs(secure[0]["auc"] - plain["auc"])
+        summary["secagg_vs_plain_wall"] = secure[0]["wall_s"] / plain["wall_s"]
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        labels = [r["label"] for r in rows]
+        bars = ax.bar(labels, [r["auc"] or 0.0 for r in rows], color="tab:blue")
+        ax.bar_label(bars, fmt="%.3f")
+        ax.axhline(0.9, color="tab:red", ls="--", lw=0.8)
+        ax.set(ylabel="single-batch AUC", title="two-party sync-SGD", ylim=(0, 1.02))
+
+    return rows, summary, [_figure(_plot_path(s, "auc"), draw, (5.5, 3.8))]
+
+
+def _sweep(
+    s: _Settings,
+    experiment: str,
+    key: str,
+    values: Sequence[float],
+    param: str,
+    extra: Callable[[float], list[str]] | None = None,
+) -> list[dict[str, Any]]:
+    rows = []
+    for value in values:
+        overrides = [f"{key}={value}", *(extra(value) if extra else [])]
+        rows.append(_run(s, experiment, f"{param}-{value}", overrides, {param: value}))
+        if s.secagg:
+            rows.append(
+                _run(
+                    s,
+                    experiment,
+                    f"{param}-{value}-secagg",
+                    overrides,
+                    {param: value},
+                    secagg=True,
+                )
+            )
+    return rows
+
+
+def _curves(
+    rows: list[dict[str, Any]], param: str
+) -> dict[str, tuple[list[float], list[float | None]]]:
+    curves: dict[str, tuple[list[float], list[float | None]]] = {}
+    for row in rows:
+        name = "secure aggregation" if row["params"]["secure_aggregation"] else "plain"
+        xs, ys = curves.setdefault(name, ([], []))
+        xs.append(float(row["params"][param]))
+        ys.append(row["auc"])
+    return curves
+
+
+def _fraction(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    values = [0.3, 0.9] if s.quick else [0.1, 0.3, 0.5, 0.7, 0.9]
+    rows = _sweep(s, "fraction", "target.batch_fraction", values, "fraction")
+    plot = _plot_lines(
+        s,
+        "fraction",
+        "AUC vs fraction of the batch with the property",
+        "fraction of the batch",
+        _curves(rows, "fraction"),
+    )
+    return rows, {"auc": {r["label"]: r["auc"] for r in rows}}, [plot]
+
+
+def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    overrides: list[str] = []
+    if s.quick:
+        overrides = ["target.property_rounds=[10, 25]"]
+    rows = [_run(s, "rounds", "window", overrides, {})]
+    if s.secagg:
+        rows.append(_run(s, "rounds", "window-secagg", overrides, {}, secagg=True))
+    config = load_config(_config_path("rounds"), overrides)
+    window = list(config.target.property_rounds)
+    summary: dict[str, Any] = {"property_rounds": window}
+    for row in rows:
+        xs, ys = row["series"]["rounds"], row["series"]["scores"]
+        inside = [y for x, y in zip(xs, ys, strict=True) if window[0] <= x < window[1]]
+        outside = [
+            y for x, y in zip(xs, ys, strict=True) if not window[0] <= x < window[1]
+        ]
+        summary[row["label"]] = {
+            "auc": row["auc"],
+            "median_score_inside": statistics.median(inside) if inside else None,
+            "median_score_outside": statistics.median(outside) if outside else None,
+        }
+    plot = _plot_series(
+        s, "rounds", "score per round (property in window)", rows, window
+    )
+    return rows, summary, [plot]
+
+
+def _active(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    values = [0.0, 0.7] if s.quick else [0.0, 0.3, 0.6, 0.9]
+    rows = _sweep(s, "active", "adversary.property.alpha", values, "alpha")
+    base = rows[0]["auc"]
+    summary = {
+        "auc": {r["label"]: r["auc"] for r in rows},
+        "auc_gain_vs_passive": {
+            r["label"]: (None if r["auc"] is None or base is None else r["auc"] - base)
+            for r in rows
+        },
+    }
+    plot = _plot_lines(
+        s, "alpha", "active attack: AUC vs alpha", "alpha", _curves(rows, "alpha")
+    )
+    return rows, summary, [plot]
+
+
+def _multi_party(
+    s: _Settings,
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    values = [2, 4] if s.quick else [2, 3, 5, 8]
+    rows = _sweep(
+        s,
+        "multi-party",
+        "federation.num_clients",
+        values,
+        "participants",
+    )
+    plot = _plot_lines(
+        s,
+        "participants",
+        "multi-party sync-SGD: AUC vs participants",
+        "participants K",
+        _curves(rows, "participants"),
+    )
+    return rows, {"auc": {r["label"]: r["auc"] for r in rows}}, [plot]
+
+
+def _model_averaging(
+    s: _Settings,
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    ks = [3] if s.quick else [3, 5]
+    trials = s.trials or (1 if s.quick else 3)
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {"trials": trials}
+    for k in ks:
+        for kind, fraction in (("property", 0.8), ("control", 0.0)):
+            for trial in range(trials):
+                trial_seed = s.seed + 1000 * trial
+                overrides = [
+                    f"federation.num_clients={k}",
+                    f"data.property_target_fraction={fraction}",
+                    f"seed={trial_seed}",
+                ]
+                rows.append(
+                    _run(
+                        s,
+                        "model-averaging",
+                        f"K{k}-{kind}-{trial}",
+                        overrides,
+                        {"participants": k, "trial": kind, "index": trial},
+                        secagg=bool(s.secagg),
+                    )
+                )
+        mine = [r for r in rows if r["params"]["participants"] == k]
+        labels = np.asarray([r["params"]["trial"] == "property" for r in mine])
+        means = np.asarray([r["dataset_score"] for r in mine])
+        summary[f"K{k}"] = {
+            "mean_score_property": float(means[labels].mean()),
+            "mean_score_control": float(means[~labels].mean()),
+            "whole_dataset_auc": single_batch_auc(labels.astype(int), means),
+        }
+
+    def draw(fig: Any) -> None:
+        for i, k in enumerate(ks):
+            ax = fig.add_subplot(1, len(ks), i + 1)
+            mine = [r for r in rows if r["params"]["participants"] == k]
+            ax.boxplot(
+                [r["series"]["scores"] for r in mine],
+                tick_labels=[
+                    ("P" if r["params"]["trial"] == "property" else "C")
+                    + str(r["params"]["index"])
+                    for r in mine
+                ],
+            )
+            ax.set(title=f"model averaging, K = {k}", ylabel="P(property)", ylim=(0, 1))
+            ax.grid(alpha=0.3)
+
+    plot = _figure(_plot_path(s, "boxplots"), draw, (5.0 * len(ks), 3.8))
+    return rows, summary, [plot]
+
+
+def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    overrides = ["target.join_round=5"] if s.quick else []
+    rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
+    config = load_config(_config_path("join"), overrides)
+    join = config.target.join_round
+    xs, ys = rows[0]["series"]["rounds"], rows[0]["series"]["scores"]
+    before = [y for x, y in zip(xs, ys, strict=True) if x < join]
+    after = [y for x, y in zip(xs, ys, strict=True) if x >= join]
+    summary = {
+        "join_round": join,
+        "median_score_before": statistics.median(before) if before else None,
+        "median_score_after": statistics.median(after) if after else None,
+    }
+    plot = _plot_series(s, "join", "score per round (target joins)", rows, [join])
+    return rows, summary, [plot]
+
+
+def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    from fedleak.attacks.property_text import (
+        fortunes_property_task,
+        run_text_property_attack,
+    )
+
+    task = fortunes_property_task(seed=s.seed)
+    rounds = s.rounds or _TEXT_ROUNDS
+    categories = ["startrek"] if s.quick else ["startrek", "linux", "food", "love"]
+    plan: list[tuple[str, dict[str, Any]]] = [
+        (c, {"property": c, "participants": 2, "batch_fraction": 1.0})
+        for c in categories
+    ]
+    if not s.quick:
+        plan += [
+            (
+                "startrek",
+                {"property": "startrek", "participants": 2, "batch_fraction": f},
+            )
+            for f in (0.1, 0.3, 0.5)
+        ]
+        plan += [
+            (
+                "startrek",
+                {"property": "startrek", "participants": k, "batch_fraction": 1.0},
+            )
+            for k in (4, 8)
+        ]
+    rows: list[dict[str, Any]] = []
+    for category, params in plan:
+        label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
+        s.say(f"text: {label} ({rounds} rounds)")
+        started = time.perf_counter()
+        result = run_text_property_attack(
+            task,
+            category,
+            rounds=rounds,
+            participants=params["participants"],
+            batch_fraction=params["batch_fraction"],
+            seed=s.seed,
+        )
+        wall = time.perf_counter() - started
+        s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
+        rows.append(
+            {
+                "label": label,
+                "params": {**params, "secure_aggregation": False},
+                "rounds": rounds,
+                "num_clients": params["participants"],
+                "auc": result.auc,
+                "dataset_score": float(np.mean(result.scores)),
+                "top_words": list(result.top_words),
+                "correlation": result.correlation,
+                "wall_s": wall,
+                "median_round_s": wall / rounds,
+                "test_accuracy": result.test_accuracy,
+                "series": {
+                    "rounds": list(range(1, rounds + 1)),
+                    "scores": [float(x) for x in result.scores],
+                },
+                "truth": [int(t) for t in result.truth],
+            }
+        )
+    table = {
+        r["params"]["property"]: r["top_words"]
+        for r in rows
+        if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
+    }
+    summary = {"auc": {r["label"]: r["auc"] for r in rows}, "top_words": table}
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.axis("off")
+        auc_of = {
+            r["params"]["property"]: r["auc"]
+            for r in rows
+            if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
+        }
+        cells = [[c, f"{auc_of[c]:.3f}", ", ".join(w)] for c, w in table.items()]
+        grid = ax.table(
+            cellText=cells,
+            colLabels=["property (category)", "AUC", "top words"],
+            loc="center",
+            cellLoc="left",
+        )
+        grid.auto_set_column_width([0, 1, 2])
+        ax.set_title("fortunes: words with the largest coefficients")
+
+    plots = [_figure(_plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table)))]
+    if not s.quick:
+        fractions = [
+            r
+            for r in rows
+            if r["params"]["participants"] == 2
+            and r["params"]["property"] == "startrek"
+        ]
+        parties = [
+            r
+            for r in rows
+            if r["params"]["property"] == "startrek"
+            and r["params"]["batch_fraction"] == 1.0
+        ]
+        plots.append(
+            _plot_lines(
+                s,
+                "text-fraction",
+                "fortunes (startrek): AUC vs fraction",
+                "fraction of the batch",
+                {
+                    "plain": (
+                        [r["params"]["batch_fraction"] for r in fractions],
+                        [r["auc"] for r in fractions],
+                    )
+                },
+            )
+        )
+        plots.append(
+            _plot_lines(
+                s,
+                "text-participants",
+                "fortunes (startrek): AUC vs participants",
+                "participants K",
+                {
+                    "plain": (
+                        [r["params"]["participants"] for r in parties],
+                        [r["auc"] for r in parties],
+                    )
+                },
+            )
+        )
+    return rows, summary, plots
+
+
+Experiment = Callable[
+    [_Settings], tuple[list[dict[str, Any]], dict[str, Any], list[str]]
+]
+
+EXPERIMENTS: Final[dict[str, Experiment]] = {
+    "two-party": _two_party,
+    "fraction": _fraction,
+    "rounds": _rounds,
+    "active": _active,
+    "multi-party": _multi_party,
+    "model-averaging": _model_averaging,
+    "join": _join,
+    "text": _text,
+}
+
+#: Rounds of the ``--quick`` (CI-sized) setting per experiment.
+QUICK_ROUNDS: Final[dict[str, int]] = {
+    "two-party": 40,
+    "fraction": 30,
+    "rounds": 35,
+    "active": 30,
+    "multi-party": 30,
+    "model-averaging": 4,
+    "join": 8,
+    "text": 30,
+}
+
+
+def run_property_bench(
+    experiment: str,
+    out: str | Path,
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    rounds: int | None = None,
+    trials: int | None = None,
+    secagg: bool | None = None,
+    properties: Sequence[str] = (),
+    verbose: bool = False,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Run one property-inference experiment and write its JSON and plots.
+
+    Parameters
+    ----------
+    experiment : str
+        A key of :data:`EXPERIMENTS`.
+    out : path
+        The JSON file; plots go next to it (``FILE-<plot>.png``) and run
+        directories under ``FILE-runs/``.
+    quick : bool, default=False
+        CI-sized: fewer rounds (:data:`QUICK_ROUNDS`) and sweep points.
+    seed : int, default=0
+        Run seed (trials derive theirs from it).
+    rounds : int, optional
+        Override the rounds of every run.
+    trials : int, optional
+        Trials per arm of ``model-averaging`` (the thesis: 8).
+    secagg : bool, optional
+        Also (``True``) or never (``False``) run with secure aggregation;
+        default: only ``two-party`` adds a secure-aggregation run.
+    properties : sequence of str, optional
+        ``two-party``: the properties to run (default watermark, inverted and
+        blurred; the watermark alone with ``quick``).
+    verbose : bool, default=False
+        Show Flower's and Ray's logs.
+    progress : callable, optional
+        Receives one line per step.
+
+    Returns
+    -------
+    dict
+        The report written to ``out``.
+    """
+    if experiment not in EXPERIMENTS:
+        raise ConfigError(
+            f"unknown property experiment {experiment!r}; choose one of "
+            f"{list(EXPERIMENTS)}"
+        )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if quick and rounds is None:
+        rounds = QUICK_ROUNDS[experiment]
+    settings = _Settings(
+        out=out,
+        quick=quick,
+        seed=seed,
+        rounds=rounds,
+        trials=trials,
+        secagg=secagg,
+        verbose=verbose,
+        say=progress or (lambda _: None),
+        properties=tuple(properties),
+    )
+    config_file = None if experiment == "text" else _config_path(experiment)
+    used_rounds = rounds or (
+        _TEXT_ROUNDS if config_file is None else load_config(config_file).rounds
+    )
+    started = time.perf_counter()
+    rows, summary, plots = EXPERIMENTS[experiment](settings)
+    wall = time.perf_counter() - started
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": experiment,
+        "quick": quick,
+        "seed": seed,
+        "config_file": None if config_file is None else str(config_file),
+        "scale": {
+            "rounds": used_rounds,
+            "thesis_iterations": _THESIS_ITERATIONS[experiment],
+            "factor": used_rounds / _THESIS_ITERATIONS[experiment],
+        },
+        "classifier": {
+            "kind": "random-forest",
+            "n_estimators": 50,
+            "normalize": experiment in NORMALIZED_EXPERIMENTS,
+        },
+        "versions": {
+            "fedleak": fedleak.__version__,
+            "flwr": version("flwr"),
+            "torch": version("torch"),
+            "numpy": np.__version__,
+            "scikit-learn": version("scikit-learn"),
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "runs": rows,
+        "summary": summary,
+        "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
+        "plots": plots,
+        "wall_s": wall,
+    }
+    write_json_atomic(out, report)
+    return report

@@ -1,0 +1,122 @@
+"""Tests of fedleak.attacks.membership (seed 000 Ch. 7.1.3, Table 7.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fedleak.attacks.membership import (
+    EmbeddingMembership,
+    changed_rows,
+    contribution_scale,
+    record_bag,
+    rounding_tolerance,
+    score_membership,
+)
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from fedleak.errors import ConfigError
+
+VOCAB, DIM = 12, 4
+
+
+def _gradient(rows: list[int], rng: np.random.Generator) -> np.ndarray:
+    g = np.zeros((VOCAB, DIM), np.float32)
+    g[rows] = rng.normal(0, 1e-3, (len(rows), DIM)).astype(np.float32)
+    return g
+
+
+def _server_step(theta: np.ndarray, *grads: np.ndarray, lr: float = 0.01) -> np.ndarray:
+    """SyncSGD's update: float64 sum, cast back to float32."""
+    total = sum(g.astype(np.float64) for g in grads)
+    return (theta.astype(np.float64) - lr * total).astype(np.float32)
+
+
+def test_changed_rows_ignores_padding_and_exact_zeros() -> None:
+    update = np.zeros((VOCAB, DIM))
+    update[0] = 0.5  # padding row moved (e.g. by DP noise): never a word
+    update[3, 1] = 1e-30  # the tiniest change still counts
+    update[7] = -2.0
+    assert changed_rows(update).tolist() == [3, 7]
+    assert changed_rows(update, ignore=()).tolist() == [0, 3, 7]
+    assert changed_rows(update, tolerance=1e-3).tolist() == [7]
+    with pytest.raises(ConfigError, match="shape"):
+        changed_rows(np.zeros(5))
+
+
+def test_token_seen_only_by_the_adversary_is_not_reported() -> None:
+    rng = np.random.default_rng(0)
+    theta = rng.uniform(-0.05, 0.05, (VOCAB, DIM)).astype(np.float32)
+    theta[0] = 0
+    own = _gradient([2, 5, 6, 8, 9], rng)  # 2, 6, 8, 9: adversary only
+    target = _gradient([3, 5], rng)  # 5 shared with the adversary
+    new = _server_step(theta, target, own)
+    attack = EmbeddingMembership(VOCAB)
+    bag = attack.observe(
+        new.astype(np.float64) - theta, own=own, parameters=(theta, new)
+    )
+    assert bag.tolist() == [3, 5]
+    # without removing its own update the adversary would see its own words
+    assert changed_rows(new.astype(np.float64) - theta).tolist() == [2, 3, 5, 6, 8, 9]
+
+
+def test_contribution_scale_recovers_the_server_step() -> None:
+    rng = np.random.default_rng(1)
+    own = _gradient([1, 2, 3, 4, 5], rng).astype(np.float64)
+    others = _gradient([5], rng).astype(np.float64)
+    assert contribution_scale(-0.3 * own + others, own) == pytest.approx(-0.3)
+    assert contribution_scale(own, np.zeros_like(own)) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    target_rows=st.sets(st.integers(0, VOCAB - 1), max_size=VOCAB),
+    adversary_rows=st.sets(st.integers(1, VOCAB - 1), min_size=3, max_size=VOCAB),
+    seed=st.integers(0, 2**16),
+)
+def test_bag_is_exactly_the_other_participants_words(
+    target_rows: set[int], adversary_rows: set[int], seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    theta = rng.uniform(-0.05, 0.05, (VOCAB, DIM)).astype(np.float32)
+    theta[0] = 0
+    target = _gradient(sorted(target_rows - {0}), rng)  # padding gets no gradient
+    own = _gradient(sorted(adversary_rows), rng)
+    # most of the adversary's rows must be its own for the median scale
+    assume(len(adversary_rows & target_rows) * 2 < len(adversary_rows))
+    new = _server_step(theta, target, own)
+    bag = EmbeddingMembership(VOCAB).observe(
+        new.astype(np.float64) - theta, own=own, parameters=(theta, new)
+    )
+    assert set(bag.tolist()) == target_rows - {0}
+
+
+def test_decision_rule_is_subset_of_some_bag() -> None:
+    attack = EmbeddingMembership(VOCAB)
+    attack.observe_bag([2, 3, 4])
+    attack.observe_bag([5, 6, 0])  # padding dropped from bags
+    assert [b.tolist() for b in attack.bags] == [[2, 3, 4], [5, 6]]
+    records = [[2, 4, 0, 0], [5, 6, 6, 0], [4, 5, 0, 0], [0, 0, 0, 0], [11, 0, 0, 0]]
+    assert attack.infer(records).tolist() == [True, True, False, False, False]
+    scores = attack.evaluate(members=records[:2], non_members=records[2:])
+    assert scores.precision == 1.0 and scores.recall == 1.0
+    assert scores.num_rounds == 2 and scores.mean_bag_size == 2.5
+    scores = attack.evaluate(members=[[4, 5]], non_members=[[2, 3]])
+    assert scores.precision == 0.0 and scores.recall == 0.0
+
+
+def test_record_bag_and_scores() -> None:
+    assert record_bag([3, 3, 1, 0, 0]).tolist() == [1, 3]
+    s = score_membership([1, 1, 0, 1], [1, 0, 0, 1], num_rounds=1, mean_bag_size=1)
+    assert (s.true_positives, s.false_positives, s.true_negatives) == (2, 1, 1)
+    assert s.precision == pytest.approx(2 / 3) and s.recall == 1.0
+    assert np.isnan(score_membership([0], [0], num_rounds=0, mean_bag_size=0).precision)
+
+
+def test_rounding_tolerance_is_a_few_ulps_of_each_row() -> None:
+    before = np.array([[1.0, 0.0], [0.0, 0.0]], dtype=np.float32)
+    after = np.array([[-2.0, 0.0], [0.0, 0.0]], dtype=np.float32)
+    tol = rounding_tolerance(before, after, ulps=4)
+    assert tol.shape == (2, 1)
+    assert tol[0, 0] == pytest.approx(4 * np.spacing(np.float32(2.0)))
+    assert 0 < tol[1, 0] < 1e-40

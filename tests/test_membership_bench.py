@@ -1,0 +1,79 @@
+"""The quick settings of ``fedleak bench membership`` and ``fedleak bench defenses``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedleak.cli import app
+from fedleak.experiments.bench_defenses import run_defenses_bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_membership_quick_writes_table_7_2(tmp_path: Path) -> None:
+    out = tmp_path / "membership.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "membership",
+            "--quick",
+            "--dataset",
+            "checkins",
+            "--batch-size",
+            "20",
+            "--batch-size",
+            "160",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["schema_version"] >= 1 and report["quick"] is True
+    rows = report["rows"]
+    assert [r["batch_size"] for r in rows] == [20, 160]
+    assert all(r["recall"] == 1.0 for r in rows)
+    assert rows[0]["precision"] > rows[1]["precision"]
+    assert report["recall_always_one"] is True
+    assert (tmp_path / "membership-precision.png").is_file()
+    assert "written:" in result.output
+
+
+def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "defenses.json"
+    report = run_defenses_bench(
+        out, tables=("share_fraction", "participant_dp"), quick=True, seed=0
+    )
+    assert json.loads(out.read_text())["rows"] == report["rows"]
+    rows = {(r["table"], r["setting"]): r for r in report["rows"]}
+    assert set(rows) == {
+        ("share_fraction", 0.01),
+        ("share_fraction", 1.0),
+        ("participant_dp", 1.0),
+    }
+    full = rows["share_fraction", 1.0]
+    assert full["membership_recall"] == 1.0
+    # the undefended model is trained: clearly better than chance
+    assert full["model_accuracy"] > 0.75 and full["model_auc"] > 0.9
+    # the property is latent (20% home check-ins): visible but not saturated
+    assert 0.7 < full["property_auc"] < 1.0
+    shared = rows["share_fraction", 0.01]
+    assert shared["property_auc"] < full["property_auc"]
+    assert shared["membership_recall"] < 0.5
+    dp = rows["participant_dp", 1.0]
+    # noise on every coordinate: every row moves, every record looks like a member
+    assert dp["membership_precision"] == pytest.approx(0.5)
+    assert dp["participant_epsilon"] > 0 and dp["record_epsilon"] is None
+    assert np.isfinite(dp["model_auc"])
+    for row in report["rows"]:
+        assert 0.0 <= row["property_auc"] <= 1.0
+        assert "model_auc" in row and "model_accuracy" in row
+    assert (tmp_path / "defenses-tables.png").is_file()

@@ -1,0 +1,208 @@
+"""Property inference core (fedleak.attacks.property): features, f_prop, scoring, logs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fedleak.attacks.property import (
+    BatchPropertyClassifier,
+    ObservationLog,
+    PropertyObservations,
+    dataset_score,
+    gradient_features,
+    load_observations,
+    score_series,
+    single_batch_auc,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedleak.errors import ConfigError, DataError
+
+
+def known_update() -> dict[str, np.ndarray]:
+    conv = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    conv[1] *= -1.0  # filter 1 holds -12 ... -23: its max is -12
+    return {
+        "conv.weight": conv,
+        "conv.bias": np.array([0.5, -0.25], dtype=np.float32),
+        "fc.weight": np.array([[1.0, -3.0, 2.0], [-1.0, -2.0, -0.5]], np.float32),
+        "fc.bias": np.array([7.0, 8.0], dtype=np.float32),
+    }
+
+
+def test_max_pooling_keeps_one_feature_per_output_unit_and_biases_as_they_are():
+    features = gradient_features(known_update(), "max")
+    # conv: 2 filters, bias 2, fc: 2 rows, bias 2
+    assert features.shape == (8,)
+    np.testing.assert_array_equal(
+        features, [11.0, -12.0, 0.5, -0.25, 2.0, -0.5, 7.0, 8.0]
+    )
+    assert features.dtype == np.float64
+
+
+def test_raw_features_are_every_entry_in_model_order():
+    update = known_update()
+    features = gradient_features(update, "raw")
+    assert features.shape == (24 + 2 + 6 + 2,)
+    np.testing.assert_array_equal(features[:24], update["conv.weight"].reshape(-1))
+    np.testing.assert_array_equal(features[-2:], [7.0, 8.0])
+
+
+def test_layer_selection_and_errors():
+    update = known_update()
+    only_fc = gradient_features(update, "max", layers=["fc.weight"])
+    np.testing.assert_array_equal(only_fc, [2.0, -0.5])
+    with pytest.raises(ConfigError, match="pooling"):
+        gradient_features(update, "mean")
+    with pytest.raises(ConfigError, match=r"emb\.weight"):
+        gradient_features(update, layers=["emb.weight"])
+    with pytest.raises(DataError):
+        gradient_features({}, "max")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_max_pooling_is_the_row_maximum_of_any_tensor(shape, seed):
+    tensor = np.random.default_rng(seed).normal(size=shape)
+    features = gradient_features({"t": tensor}, "max")
+    if tensor.ndim == 1:
+        np.testing.assert_array_equal(features, tensor)
+    else:
+        assert features.shape == (shape[0],)
+        for i in range(shape[0]):
+            assert features[i] == tensor[i].max()
+            assert np.all(tensor[i] <= features[i])
+
+
+def separable(n: int, d: int, shift: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, size=n)
+    x = rng.normal(size=(n, d))
+    x[:, :3] += shift * y[:, None]
+    return x, y
+
+
+@pytest.mark.parametrize("kind", ["random-forest", "logistic"])
+def test_classifier_separates_a_separable_case(kind):
+    x_train, y_train = separable(300, 20, 2.0, seed=1)
+    x_test, y_test = separable(200, 20, 2.0, seed=2)
+    clf = BatchPropertyClassifier(kind=kind, random_state=0).fit(x_train, y_train)
+    auc = single_batch_auc(y_test, clf.property_scores(x_test))
+    assert auc > 0.9
+    assert set(clf.predict(x_test).tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize("kind", ["random-forest", "logistic"])
+def test_classifier_is_at_chance_without_signal(kind):
+    x_train, y_train = separable(300, 20, 0.0, seed=3)
+    x_test, y_test = separable(600, 20, 0.0, seed=4)
+    clf = BatchPropertyClassifier(kind=kind, random_state=0).fit(x_train, y_train)
+    auc = single_batch_auc(y_test, clf.property_scores(x_test))
+    assert 0.4 < auc < 0.6
+
+
+def test_classifier_is_seeded_and_a_sklearn_estimator():
+    from sklearn.base import clone
+
+    x, y = separable(200, 10, 1.0, seed=5)
+    a = BatchPropertyClassifier(random_state=7).fit(x, y).property_scores(x)
+    b = clone(BatchPropertyClassifier(random_state=7)).fit(x, y).property_scores(x)
+    np.testing.assert_array_equal(a, b)
+    assert BatchPropertyClassifier().get_params()["n_estimators"] == 50
+
+
+def test_classifier_errors_name_the_problem():
+    x, y = separable(50, 5, 1.0, seed=6)
+    with pytest.raises(DataError, match="with"):
+        BatchPropertyClassifier().fit(x, np.zeros(50))
+    with pytest.raises(ConfigError, match="kind"):
+        BatchPropertyClassifier(kind="svm").fit(x, y)
+    fitted = BatchPropertyClassifier().fit(x, y)
+    with pytest.raises(DataError, match="shape"):
+        fitted.property_scores(np.zeros((3, 4)))
+    with pytest.raises(ConfigError):
+        fitted.top_features()
+
+
+def test_logistic_top_features_are_the_informative_ones():
+    x, y = separable(400, 30, 2.0, seed=8)
+    clf = BatchPropertyClassifier(kind="logistic").fit(x, y)
+    assert set(clf.top_features(3).tolist()) == {0, 1, 2}
+
+
+def test_auc_dataset_score_and_series():
+    assert single_batch_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.2, 0.8, 0.9])) == 1
+    with pytest.raises(DataError, match="one kind"):
+        single_batch_auc(np.ones(3), np.ones(3))
+    assert dataset_score(np.array([0.2, 0.4])) == pytest.approx(0.3)
+    with pytest.raises(DataError):
+        dataset_score(np.array([]))
+    rounds, scores = score_series(np.array([3, 1, 2]), np.array([0.3, 0.1, 0.2]))
+    assert rounds.tolist() == [1, 2, 3]
+    np.testing.assert_allclose(scores, [0.1, 0.2, 0.3])
+    _, smooth = score_series(np.array([1, 2, 3]), np.array([0.0, 1.0, 1.0]), window=2)
+    np.testing.assert_allclose(smooth, [0.0, 0.5, 1.0])
+
+
+def test_observations_reload_and_rescore_to_the_same_auc(tmp_path):
+    rng = np.random.default_rng(11)
+    log = ObservationLog(tmp_path / "adversary")
+    truth, observed_rows, aux_rows, labels = [], [], [], []
+    for server_round in range(1, 41):
+        aux, lab = separable(4, 12, 2.0, seed=100 + server_round)
+        has = server_round % 2 == 0
+        observed = rng.normal(size=12)
+        observed[:3] += 2.0 * has
+        log.write_round(
+            server_round,
+            observed=None if server_round == 1 else observed,
+            observed_round=server_round - 1,
+            aux=aux,
+            aux_labels=lab,
+            meta={"pooling": "max"},
+        )
+        aux_rows.append(aux)
+        labels.append(lab)
+        if server_round > 1:
+            observed_rows.append(observed)
+            truth.append(int(has))
+    in_memory = PropertyObservations(
+        observed_rounds=np.arange(1, 40),
+        observed=np.stack(observed_rows),
+        aux_rounds=np.repeat(np.arange(1, 41), 4),
+        aux=np.concatenate(aux_rows),
+        aux_labels=np.concatenate(labels),
+        meta={"pooling": "max"},
+    )
+    auc_memory = single_batch_auc(np.array(truth), in_memory.scores(in_memory.fit()))
+    reloaded = load_observations(tmp_path / "adversary")
+    np.testing.assert_array_equal(reloaded.observed, in_memory.observed)
+    np.testing.assert_array_equal(reloaded.aux_labels, in_memory.aux_labels)
+    assert reloaded.observed_rounds.tolist() == list(range(1, 40))
+    assert reloaded.meta == {"pooling": "max"}
+    auc_disk = single_batch_auc(np.array(truth), reloaded.scores(reloaded.fit()))
+    assert auc_disk == auc_memory
+    assert auc_disk > 0.8
+    # no temporary files are left behind
+    assert sorted(p.name for p in (tmp_path / "adversary").iterdir())[0].startswith(
+        "round-"
+    )
+    assert not list((tmp_path / "adversary").glob(".*"))
+
+
+def test_loading_an_empty_directory_says_what_is_missing(tmp_path):
+    with pytest.raises(DataError, match="round-"):
+        load_observations(tmp_path)
+
+
+def test_normalized_classifier_ignores_the_scale_of_an_update():
+    x, y = separable(200, 10, 2.0, seed=9)
+    x = np.abs(x) + 0.1
+    clf = BatchPropertyClassifier(normalize=True).fit(x, y)
+    np.testing.assert_allclose(clf.property_scores(3.0 * x), clf.property_scores(x))
+    plain = BatchPropertyClassifier().fit(x, y)
+    assert not np.allclose(plain.property_scores(30.0 * x), plain.property_scores(x))

@@ -1,0 +1,345 @@
+"""Property adversaries and the scripted target, on plain tensors and in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fedleak.attacks.property import gradient_features, load_observations
+from fedleak.attacks.property_gradients import (
+    PropertyHead,
+    derive_averaging_aggregate,
+    derive_sgd_aggregate,
+    emulated_sgd_pair,
+    multitask_gradient,
+    summed_batch_gradient,
+)
+from fedleak.clients.property import (
+    ActivePropertyAdversary,
+    PassivePropertyAdversary,
+    PropertyTarget,
+    TargetSchedule,
+    auxiliary_pools,
+)
+from fedleak.strategies import ModelAveraging, SyncSGD
+from flower_fakes import LocalGrid
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+from fedleak import protocol
+from fedleak.errors import ConfigError, DataError
+from fedleak.experiments.config import ExperimentConfig, validate
+from fedleak.experiments.runner import make_experiment_client_app
+from fedleak.training import batch_gradient
+
+
+def experiment(**sections: Any) -> ExperimentConfig:
+    raw: dict[str, Any] = {
+        "seed": 5,
+        "data": {
+            "dataset": "digits",
+            "partition": "property",
+            "property_target": 0,
+            "property_target_fraction": 0.5,
+            "property_partition_size": 120,
+        },
+        "model": {"name": "mlp"},
+        "strategy": {"name": "sync-sgd", "learning_rate": 0.1},
+        "client": {"batch_size": 16},
+        "federation": {"num_clients": 3},
+        "adversary": {"kind": "passive-property", "partition": 1},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    return validate(raw, "test", "property-test")
+
+
+def message_config(
+    config: ExperimentConfig, run_dir: Path, **extra: Any
+) -> ConfigRecord:
+    return ConfigRecord(
+        {
+            **config.task().to_config(),
+            **config.client_config(str(run_dir)),
+            protocol.TRAIN_MODE: protocol.MODE_GRADIENT,
+            **extra,
+        }
+    )
+
+
+def context(partition: int) -> Context:
+    return Context(
+        run_id=1,
+        node_id=10 + partition,
+        node_config={"partition-id": partition, "num-partitions": 3},
+        state=RecordDict(),
+        run_config={},
+    )
+
+
+# ------------------------------------------------------------ config
+
+
+def test_config_sections_validate_and_flatten():
+    config = experiment(
+        adversary={"property": {"alpha": 0.3}},
+        target={"property_rounds": [3, 9]},
+    )
+    flat = config.client_config("/runs/x")
+    assert flat["adversary.kind"] == "passive-property"
+    assert flat["adversary.property.alpha"] == 0.3
+    assert flat["target.property_rounds"] == [3, 9]
+    assert flat["protocol.learning-rate"] == 0.1
+    assert flat["experiment.run-dir"] == "/runs/x"
+    with pytest.raises(ConfigError, match=r"adversary.property.alpah: unknown key"):
+        experiment(adversary={"property": {"alpah": 0.3}})
+    with pytest.raises(ConfigError, match="cannot be the target"):
+        experiment(adversary={"partition": 0})
+    with pytest.raises(ConfigError, match=r"target\.property_rounds"):
+        experiment(target={"property_rounds": [5, 2]})
+    with pytest.raises(ConfigError, match="sync-sgd"):
+        experiment(
+            adversary={"kind": "active-property"},
+            strategy={"name": "model-averaging"},
+        )
+
+
+# ---------------------------------------------------------- schedule
+
+
+def test_target_schedule_every_m_window_join_and_control():
+    every2 = TargetSchedule(property_every=2)
+    assert [every2.has_property(r) for r in range(1, 7)] == [0, 1, 0, 1, 0, 1]
+    window = TargetSchedule(property_every=1, property_rounds=(3, 5))
+    assert [window.has_property(r) for r in range(1, 7)] == [0, 0, 1, 1, 0, 0]
+    late = TargetSchedule(property_every=1, join_round=4)
+    assert [late.joined(r) for r in (3, 4)] == [False, True]
+    assert not late.has_property(3) and late.has_property(4)
+    assert not TargetSchedule(property_every=1, control=True).has_property(2)
+
+
+def test_target_batches_follow_the_schedule_and_the_truth_is_logged(tmp_path):
+    config = experiment(target={"property_every": 2, "batch_fraction": 0.5})
+    spec = config.task()
+    target = PropertyTarget(spec, 0)
+    arrays = ArrayRecord(spec.new_model().state_dict())
+    state = ConfigRecord({"epoch": 0, "cursor": 0})
+    for server_round in (1, 2):
+        cfg = message_config(config, tmp_path, **{protocol.SERVER_ROUND: server_round})
+        target.bind(context(0), cfg)
+        _, metrics = target.gradient_reply(arrays, state)
+        assert metrics[protocol.NUM_EXAMPLES] == 16
+    lines = (tmp_path / "target" / "truth.jsonl").read_text().splitlines()
+    assert '"fraction": 0.0' in lines[0] and '"fraction": 0.5' in lines[1]
+
+
+def test_a_target_that_has_not_joined_uploads_zeros(tmp_path):
+    config = experiment(target={"join_round": 3})
+    spec = config.task()
+    target = PropertyTarget(spec, 0)
+    target.bind(context(0), message_config(config, tmp_path, **{"server-round": 2}))
+    arrays = ArrayRecord(spec.new_model().state_dict())
+    out, _ = target.gradient_reply(arrays, ConfigRecord({"epoch": 0, "cursor": 0}))
+    assert all(not v.numpy().any() for v in out.values())
+
+
+# ------------------------------------------------------ plain tensors
+
+
+def test_derived_sgd_aggregate_inverts_the_server_step():
+    rng = np.random.default_rng(0)
+    before = {"w": rng.normal(size=(4, 3)).astype(np.float32)}
+    grads = [{"w": rng.normal(size=(4, 3)).astype(np.float32)} for _ in range(3)]
+    total = sum(g["w"].astype(np.float64) for g in grads)
+    after = {"w": (before["w"] - 0.1 * total).astype(np.float32)}
+    derived = derive_sgd_aggregate(before, after, grads[1], 0.1)
+    np.testing.assert_allclose(derived["w"], grads[0]["w"] + grads[2]["w"], atol=1e-5)
+    mean_after = {"w": (before["w"] - 0.1 * total / 3).astype(np.float32)}
+    derived = derive_sgd_aggregate(before, mean_after, grads[1], 0.1, scale=3)
+    np.testing.assert_allclose(derived["w"], grads[0]["w"] + grads[2]["w"], atol=1e-5)
+
+
+def test_derived_averaging_aggregate_removes_the_adversary_share():
+    before = {"w": np.zeros(3), "steps": np.array(4)}
+    models = [np.array([1.0, 2.0, 3.0]), np.array([3.0, 0.0, 0.0]), np.ones(3)]
+    after = {"w": sum(models) / 3}
+    derived = derive_averaging_aggregate(
+        before, after, {"w": models[1], "steps": np.array(5)}, 1 / 3
+    )
+    assert list(derived) == ["w"]
+    np.testing.assert_allclose(derived["w"], (models[0] + models[2]) / 3)
+
+
+def test_summed_batch_gradient_is_the_sum_of_batch_gradients():
+    config = experiment()
+    spec = config.task()
+    model = spec.new_model()
+    pools = auxiliary_pools(spec, 1)
+    x, y = pools.x_nonprop[:48], pools.y_nonprop[:48]
+    summed = summed_batch_gradient(model, x, y, 16)
+    parts = [
+        batch_gradient(model, x[i : i + 16], y[i : i + 16])[0] for i in (0, 16, 32)
+    ]
+    for name, value in summed.items():
+        np.testing.assert_allclose(value, sum(p[name] for p in parts), atol=1e-5)
+    with pytest.raises(DataError):
+        summed_batch_gradient(model, x[:20], y[:20], 16)
+
+
+def test_emulated_pairs_share_the_property_free_batches():
+    spec = experiment().task()
+    model = spec.new_model()
+    pools = auxiliary_pools(spec, 1)
+    rng = np.random.default_rng(1)
+    pos, neg = emulated_sgd_pair(
+        model, pools, batch_size=8, participants=3, prop_fraction=1.0, rng=rng
+    )
+    assert pos.keys() == neg.keys()
+    assert not np.allclose(pos["net.1.weight"], neg["net.1.weight"])
+    # same seed, same pair
+    again = emulated_sgd_pair(
+        model,
+        pools,
+        batch_size=8,
+        participants=3,
+        prop_fraction=1.0,
+        rng=np.random.default_rng(1),
+    )
+    np.testing.assert_array_equal(again[0]["net.1.weight"], pos["net.1.weight"])
+
+
+def test_auxiliary_pools_are_the_partition_with_and_without_the_property():
+    spec = experiment().task()
+    pools = auxiliary_pools(spec, 1)
+    assert pools.x_prop.shape[0] == pools.x_nonprop.shape[0] == 120
+    torch.testing.assert_close(pools.y_prop, pools.y_nonprop)
+    # the watermark's corner is a checkerboard of 0 and 1; elsewhere unchanged
+    corner = pools.x_prop[:, 0, -2:, -2:]
+    assert torch.all((corner == 0) | (corner == 1))
+    torch.testing.assert_close(pools.x_prop[:, :, :6], pools.x_nonprop[:, :, :6])
+
+
+def test_multitask_gradient_alpha_zero_is_the_plain_gradient():
+    spec = experiment().task()
+    model = spec.new_model()
+    pools = auxiliary_pools(spec, 1)
+    x, y = pools.x_nonprop[:16], pools.y_nonprop[:16]
+    xp, _, p = pools.batch(16, 0.5, np.random.default_rng(0))
+    head = PropertyHead(64, seed=0)
+    shared, head_grads, _ = multitask_gradient(model, head, (x, y), (xp, p), 0.0)
+    plain, _, _ = batch_gradient(model, x, y)
+    for name in plain:
+        np.testing.assert_array_equal(shared[name], plain[name])
+    assert all(not g.any() for g in head_grads.values())
+    with pytest.raises(ConfigError):
+        multitask_gradient(model, head, (x, y), (xp, p), 1.5)
+
+
+# ------------------------------------------------- the adversaries' uploads
+
+
+def _uploads(
+    cls: type[PassivePropertyAdversary], config: ExperimentConfig, run_dir: Path
+) -> list[dict[str, np.ndarray]]:
+    spec = config.task()
+    ctx = context(1)
+    arrays = ArrayRecord(spec.new_model().state_dict())
+    state = ConfigRecord({"epoch": 0, "cursor": 0})
+    uploads = []
+    for server_round in (1, 2, 3):
+        adversary = cls(spec, 1)
+        adversary.bind(
+            ctx,
+            message_config(config, run_dir, **{protocol.SERVER_ROUND: server_round}),
+        )
+        out, _ = adversary.gradient_reply(arrays, state)
+        uploads.append({k: v.numpy() for k, v in out.items()})
+    return uploads
+
+
+def test_alpha_zero_reproduces_the_passive_uploads_exactly(tmp_path):
+    passive = _uploads(PassivePropertyAdversary, experiment(), tmp_path / "p")
+    active_config = experiment(adversary={"kind": "active-property"})
+    active = _uploads(ActivePropertyAdversary, active_config, tmp_path / "a")
+    for p, a in zip(passive, active, strict=True):
+        assert p.keys() == a.keys()
+        for name in p:
+            np.testing.assert_array_equal(p[name], a[name])
+    stronger = experiment(
+        adversary={"kind": "active-property", "property": {"alpha": 0.5}}
+    )
+    pushed = _uploads(ActivePropertyAdversary, stronger, tmp_path / "s")
+    assert not np.allclose(pushed[0]["net.1.weight"], passive[0]["net.1.weight"])
+
+
+def _recording_app(uploads: dict[tuple[int, int], dict[str, np.ndarray]]) -> Any:
+    app = make_experiment_client_app()
+
+    def handle(message: Message, ctx: Context) -> Message:
+        out = app(message, ctx)
+        config = message.content.config_records.get(protocol.CONFIG_KEY)
+        if config is not None and message.metadata.message_type == "train":
+            arrays = out.content.array_records[protocol.ARRAYS_KEY]
+            key = (int(ctx.node_config["partition-id"]), int(config["server-round"]))
+            uploads[key] = {k: v.numpy().astype(np.float64) for k, v in arrays.items()}
+        return out
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    "strategy", ["sync-sgd", pytest.param("model-averaging", marks=pytest.mark.slow)]
+)
+def test_derived_aggregate_equals_the_others_sum_in_a_3_client_federation(
+    tmp_path, strategy, task_identity
+):
+    config = experiment(
+        strategy={"name": strategy, "learning_rate": 0.1},
+        adversary={"property": {"pooling": "raw"}},
+    )
+    uploads: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+    grid = LocalGrid(_recording_app(uploads), {101: 0, 102: 1, 103: 2})
+    server = (
+        SyncSGD(0.1, min_available_nodes=3, seed=5)
+        if strategy == "sync-sgd"
+        else ModelAveraging(min_available_nodes=3, seed=5, learning_rate=0.1)
+    )
+    initial = ArrayRecord(config.task().new_model().state_dict())
+    train_config = ConfigRecord(
+        {**config.task().to_config(), **config.client_config(str(tmp_path))}
+    )
+    models: dict[int, dict[str, np.ndarray]] = {}
+
+    def remember(server_round: int, arrays: ArrayRecord) -> None:
+        models[server_round] = {k: v.numpy() for k, v in arrays.items()}
+
+    server.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=3,
+        train_config=train_config,
+        evaluate_fn=remember,
+    )
+    obs = load_observations(tmp_path / "adversary")
+    assert obs.observed_rounds.tolist() == [1, 2]
+    for row, server_round in enumerate(obs.observed_rounds.tolist()):
+        if strategy == "sync-sgd":
+            truth = {
+                n: uploads[(0, server_round)][n] + uploads[(2, server_round)][n]
+                for n in uploads[(1, server_round)]
+            }
+        else:
+            start = models[server_round - 1]
+            truth = {
+                n: (uploads[(0, server_round)][n] - start[n]) / 3
+                + (uploads[(2, server_round)][n] - start[n]) / 3
+                for n in uploads[(1, server_round)]
+            }
+        expected = gradient_features(truth, "raw")
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(obs.observed[row], expected, atol=1e-5 * scale)
+    # every round logged a labelled pair per aux pair
+    assert obs.aux.shape == (6, obs.observed.shape[1])
+    assert obs.aux_labels.tolist() == [1, 0] * 3
