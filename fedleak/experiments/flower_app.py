@@ -1,7 +1,10 @@
 r"""The ServerApp behind ``flwr run .`` (Flower's own tooling).
 
-The repository's ``pyproject.toml`` names this app and the honest ClientApp
-in ``[tool.flwr.app.components]``; its ``[tool.flwr.app.config]`` holds
+The repository's ``pyproject.toml`` names this ServerApp (``app``) and the
+experiment ClientApp (``client_app``: honest nodes, or the adversary and target
+roles the experiment's ``[adversary]`` and ``[target]`` sections assign by
+partition id) in ``[tool.flwr.app.components]``; its ``[tool.flwr.app.config]``
+holds
 
 ``config``
     The experiment file. A relative path is looked up in the current
@@ -36,10 +39,10 @@ from flwr.serverapp import Grid, ServerApp
 from fedleak.errors import ConfigError
 
 from .config import load_config
-from .runner import preflight
+from .runner import make_experiment_client_app, preflight
 from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
 
-__all__ = ["app", "resolve_config_path"]
+__all__ = ["app", "client_app", "resolve_config_path"]
 
 
 def resolve_config_path(name: str) -> Path:
@@ -54,6 +57,9 @@ def resolve_config_path(name: str) -> Path:
 
 
 app = ServerApp()
+
+#: The ClientApp of ``flwr run .``: the same roles as ``fedleak run``.
+client_app = make_experiment_client_app()
 
 
 @app.main()
