@@ -119,3 +119,18 @@ def test_bench_refuses_bad_input_without_work(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "cifar" in result.stderr + result.stdout
     assert not (tmp_path / "x.json").exists()
+
+
+def test_cli_refuses_an_unknown_part_before_any_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedleak.cli import app
+
+    out = tmp_path / "x.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "mi-generative", "--quick", "--part", "bogus", "--out", str(out)],
+    )
+    assert result.exit_code == 2
+    assert "unknown part" in result.output
+    assert not out.exists()

@@ -160,6 +160,7 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
                 dataset=dataset,
                 seed=seed,
                 device=device,
+                parts=part,
                 progress=say,
             )
         except FedleakError as err:
