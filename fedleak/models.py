@@ -195,8 +195,12 @@ class TextCNN(nn.Module):
     embeddings (the thesis' (k, 320) kernels) -> ReLU -> max-pool over time
     -> concatenate -> dropout -> FC hidden -> ReLU -> FC num_classes``. The
     thesis' pooling size ``(l - k, 1)`` covers the whole sequence, i.e. a
-    max-pool over time; sequences shorter than the widest window are
-    zero-padded (the padding embedding is zero as well).
+    max-pool over time. The convolution is wide: ``max(windows) - 1`` zero
+    vectors (equal to the padding embedding) pad both ends, so every token,
+    the first and last included, lies in ``k`` windows of each size ``k``
+    (with a valid convolution the first token lies in one window per size and
+    can lose every max-pool, hiding it from the embedding leakage of
+    Ch. 7.1.2).
 
     Parameters
     ----------
@@ -249,8 +253,12 @@ class TextCNN(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Return the logits for int64 token ids of shape ``(n, length)``."""
         emb = self.embedding(ids).transpose(1, 2)  # (n, embedding_dim, length)
-        if emb.shape[2] < self.max_window:
-            emb = nn.functional.pad(emb, (0, self.max_window - emb.shape[2]))
+        # Wide convolution: zero (padding) vectors on both ends put every token,
+        # the first and last included, in ``k`` windows of each size ``k``, so
+        # a token's embedding row is far less likely to lose every max-pool
+        # and stay unchanged (which would hide it from Ch. 7.1.2's leakage).
+        margin = self.max_window - 1
+        emb = nn.functional.pad(emb, (margin, margin))
         pooled = [torch.relu(conv(emb)).amax(dim=2) for conv in self.convs]
         out: torch.Tensor = self.classifier(self.dropout(torch.cat(pooled, dim=1)))
         return out
