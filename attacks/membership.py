@@ -19,16 +19,17 @@ For rows the adversary touched too, :meth:`EmbeddingMembership.observe` takes
 the adversary's own update ``u`` (its gradient, or its local model change) and
 estimates the server's scale ``c`` with which ``u`` enters the joint update
 (``-lr`` for synchronized SGD, ``n_adv / n`` for model averaging) from the
-least-squares coefficients of ``Delta theta_row`` on ``u_row``: most of those
-rows are the adversary's alone, so their median is ``c`` up to rounding, and
-a pooled fit over the rows that agree with it removes the rounding (this
-needs no knowledge of the server's settings; see
-:func:`contribution_scale`). The residual ``Delta theta - c u`` of those
-rows is then compared with a tolerance of a few float32 ulps of the
-row's largest parameter (rounding of the server's float64 update cast back
-to float32); every row is also allowed any quantisation step given (secure
-aggregation's fixed point). Another
-participant's update below half an ulp of the parameter is invisible: float32
+rows it touched (:func:`contribution_scale`: the rows nobody else touched all
+agree on ``c`` up to rounding, the others scatter; this needs no knowledge of
+the server's settings and works when those rows are a minority). It then
+recomputes what the server would have written from ``u`` alone,
+``float32(theta_{t-1} + c u)``, and flags a row if any parameter differs from
+the new model by more than ``ulps`` float32 ulps (default 1: the server
+rounds its float64 update to float32 once, and a scale known up to rounding
+can move a rounding decision by one ulp). Every row is also allowed any
+quantisation step given (secure aggregation's fixed point). Another
+participant's update below about 1.5 ulps of a parameter the adversary also
+moved, or below half an ulp of one it did not, is invisible: float32
 parameters cannot record it (vanishing GRU gradients of early tokens can be
 that small; fedleak's models start embeddings small for this reason).
 
@@ -73,8 +74,11 @@ __all__ = [
     "score_membership",
 ]
 
-DEFAULT_ULPS = 4.0
-"""Rounding tolerance in float32 ulps of the parameters (see module notes)."""
+DEFAULT_ULPS = 1.0
+"""Tolerance, in float32 ulps of each parameter, of the residual test (module notes)."""
+
+FIT_ULPS = 4.0
+"""Rounding bound, in float32 ulps of a row's largest parameter, of the scale fit."""
 
 
 def _as_matrix(update: ArrayLike, name: str) -> np.ndarray:
@@ -121,9 +125,7 @@ def changed_rows(
     return np.flatnonzero(moved).astype(np.int64)
 
 
-def rounding_tolerance(
-    *parameters: ArrayLike, ulps: float = DEFAULT_ULPS
-) -> np.ndarray:
+def rounding_tolerance(*parameters: ArrayLike, ulps: float = FIT_ULPS) -> np.ndarray:
     """Return ``ulps`` float32 ulps of each row's largest parameter magnitude.
 
     The server updates in float64 and casts to float32, and the adversary
@@ -149,36 +151,80 @@ def contribution_scale(
     """Estimate ``c`` in ``delta = c * own + others`` from the rows ``own`` touches.
 
     For each row with ``own_row != 0`` the least-squares coefficient
-    ``<delta_row, own_row> / <own_row, own_row>`` is ``c`` (up to float32
-    rounding of ``delta``) when no other participant touched the row. The
-    median coefficient picks ``c`` out of the rows touched by others; the
-    rows that agree with it are then pooled into one least-squares fit,
-    dominated by the largest rows, whose rounding error relative to ``own``
-    is the smallest (module notes). A row agrees if its residual under the
-    median is within 8 times ``row_tolerance`` (shape ``(rows, 1)``, e.g.
-    :func:`rounding_tolerance`), or, without it, if its coefficient is
-    within 0.1% of the median. Returns 0 when ``own`` touches no row.
+    ``a_i = <delta_row, own_row> / <own_row, own_row>`` is ``c`` up to
+    rounding when no other participant touched the row, and something else
+    when one did. Written by hand: this is a one-parameter robust fit that
+    must find the rows nobody else touched even when they are a minority
+    (large batches: most of the adversary's words are also the others').
+
+    With ``row_tolerance`` (a bound on the rounding of ``delta``, shape
+    ``(rows, 1)`` as from :func:`rounding_tolerance`, or per parameter), a
+    consensus search: up to 128 coefficients, spread over the rows from the
+    most to the least precise, are tried as ``c``; each is scored by the
+    number of rows it explains (``|delta - c own| <= tolerance`` in every
+    parameter). The rows nobody else touched all agree with the true scale
+    while the others' coefficients scatter, so the winner is one of them;
+    a pooled least-squares fit over the rows it explains (the largest rows,
+    with the smallest relative error, dominate) removes the rounding, and is
+    repeated once with the refined scale. Without ``row_tolerance``, the
+    median coefficient and the rows within 0.1% of it are used. Returns 0
+    when ``own`` touches no row.
     """
     d = _as_matrix(delta, "delta").astype(np.float64)
     u = _as_matrix(own, "own update").astype(np.float64)
     if d.shape != u.shape:
         raise ConfigError(f"delta {d.shape} and own update {u.shape} differ in shape")
+    return _fit_scale(d, u, row_tolerance)[0]
+
+
+_CANDIDATES = 128
+
+
+def _fit_scale(
+    d: np.ndarray, u: np.ndarray, tolerance: ArrayLike | None
+) -> tuple[float, float]:
+    """Return ``c`` and a bound on its error (0 without ``tolerance``)."""
     norms = np.einsum("ij,ij->i", u, u)
-    rows = norms > 0
-    if not rows.any():
-        return 0.0
-    products = np.einsum("ij,ij->i", d[rows], u[rows])
-    coefficients = products / norms[rows]
-    median = float(np.median(coefficients))
-    if row_tolerance is None:
+    touched = np.flatnonzero(norms > 0)
+    if touched.size == 0:
+        return 0.0, 0.0
+    dt, ut, nt = d[touched], u[touched], norms[touched]
+    products = np.einsum("ij,ij->i", dt, ut)
+    coefficients = products / nt
+    if tolerance is None:
+        median = float(np.median(coefficients))
         inliers = np.abs(coefficients - median) <= 1e-3 * abs(median)
-    else:
-        tolerance = np.broadcast_to(np.asarray(row_tolerance), d.shape)[rows]
-        residual = np.abs(d[rows] - median * u[rows])
-        inliers = (residual <= 8.0 * tolerance).all(axis=1)
-    if not inliers.any():
-        return median
-    return float(products[inliers].sum() / norms[rows][inliers].sum())
+        if not inliers.any():
+            return median, 0.0
+        return float(products[inliers].sum() / nt[inliers].sum()), 0.0
+    tol = np.broadcast_to(np.asarray(tolerance, np.float64), d.shape)[touched]
+    # a row's coefficient is off by at most ||tol_row|| / ||own_row||
+    # (Cauchy-Schwarz) when nobody else touched it
+    widths = np.sqrt(np.square(tol).sum(axis=1) / nt)
+    abs_u = np.abs(ut)
+
+    def explained(c: float, slack: float) -> np.ndarray:
+        out: np.ndarray = (np.abs(dt - c * ut) <= tol + slack * abs_u).all(axis=1)
+        return out
+
+    # candidates evenly spread over the rows sorted by precision
+    order = np.argsort(widths / np.maximum(np.abs(coefficients), 1e-300))
+    spread_at = np.unique(np.linspace(0, order.size - 1, _CANDIDATES).round())
+    picks = order[spread_at.astype(np.int64)]
+    counts = [int(explained(coefficients[k], widths[k]).sum()) for k in picks]
+    best = int(picks[int(np.argmax(counts))])
+    scale, slack = float(coefficients[best]), float(widths[best])
+    for _ in range(2):
+        inliers = explained(scale, slack)
+        if not inliers.any():
+            break
+        weight = float(nt[inliers].sum())
+        scale = float(products[inliers].sum() / weight)
+        # six standard errors of the pooled fit (rounding uniform within
+        # +-tol/2: variance tol^2 / 12 per parameter)
+        variance = (np.square(tol[inliers] * ut[inliers]) / 12.0).sum()
+        slack = 6.0 * float(np.sqrt(variance)) / weight
+    return scale, slack
 
 
 def record_bag(ids: ArrayLike, *, ignore: Iterable[int] = (0,)) -> np.ndarray:
@@ -263,7 +309,10 @@ class EmbeddingMembership:
     ignore : iterable of int, default=(0,)
         Token ids never part of a bag (padding).
     ulps : float, default=DEFAULT_ULPS
-        Rounding tolerance in float32 ulps (see :func:`rounding_tolerance`).
+        Tolerance of the residual test on the rows the adversary touched, in
+        float32 ulps of each parameter (module notes). A server that rounds
+        once, from float64, needs 1; one that aggregates in float32 may need
+        a few (a higher value hides others' updates smaller than it).
 
     Examples
     --------
@@ -304,6 +353,7 @@ class EmbeddingMembership:
         own: ArrayLike | None = None,
         parameters: Sequence[ArrayLike] = (),
         extra_tolerance: float = 0.0,
+        own_quantum: float = 0.0,
     ) -> np.ndarray:
         """Extract and store ``V_t`` from one round's joint embedding update.
 
@@ -318,13 +368,20 @@ class EmbeddingMembership:
             averaging); its contribution is removed with the scale estimated
             by :func:`contribution_scale`.
         parameters : sequence of array_like
-            The embedding matrix before and after the round; sets the float32
-            rounding tolerance on the rows ``own`` touches (other rows, and
-            all rows when empty, are tested exactly: a row nobody touched
-            keeps its exact value).
+            The embedding matrix before and after the round (with ``own``):
+            the rows ``own`` touches are tested in float32, against what the
+            server would have written from ``own`` alone, with a tolerance of
+            ``ulps`` ulps per parameter; other rows (and all rows when
+            ``parameters`` is empty) are tested exactly: a row nobody
+            touched keeps its exact value.
         extra_tolerance : float, default=0.0
-            Added to the tolerance, e.g. the fixed-point step of secure
-            aggregation times the number of summed clients.
+            Added to the tolerance of every row, in parameter units.
+        own_quantum : float, default=0.0
+            The rounding of the aggregate in units of ``own`` (with ``own``):
+            under secure aggregation's fixed point, ``group size * 0.5 /
+            (scale * own weight)``; every row's tolerance grows by ``|c|``
+            times it, ``c`` the fitted scale (so the adversary needs no
+            server settings for it either).
 
         Returns
         -------
@@ -337,21 +394,70 @@ class EmbeddingMembership:
                 f"the update has {d.shape[0]} rows, the attack expects "
                 f"{self.vocab_size} (vocab_size)"
             )
-        tolerance = np.full((d.shape[0], 1), float(extra_tolerance))
+        if not (extra_tolerance >= 0 and own_quantum >= 0):
+            raise ConfigError(
+                "extra_tolerance and own_quantum must be >= 0, got "
+                f"{extra_tolerance} and {own_quantum}"
+            )
+        tolerance: np.ndarray = np.full((d.shape[0], 1), float(extra_tolerance))
         if own is not None:
             u = _as_matrix(own, "own update").astype(np.float64)
-            rounding = (
-                rounding_tolerance(*parameters, ulps=self.ulps) if parameters else None
-            )
-            d = d - contribution_scale(d, u, row_tolerance=rounding) * u
-            if rounding is not None:
-                # Rounding residue only where the adversary's own update was
-                # subtracted; rows it did not touch are tested exactly.
-                mine = np.abs(u).sum(axis=1) > 0
-                tolerance = tolerance + np.where(mine[:, None], rounding, 0.0)
+            if u.shape != d.shape:
+                raise ConfigError(
+                    f"delta {d.shape} and own update {u.shape} differ in shape"
+                )
+            if parameters:
+                before, after = self._before_after(parameters, d.shape)
+                ulp = np.spacing(np.maximum(np.abs(before), np.abs(after))).astype(
+                    np.float64
+                )
+                fit_tolerance = ulp
+                if own_quantum:
+                    rough = abs(contribution_scale(d, u))
+                    fit_tolerance = ulp + 2.0 * rough * own_quantum
+                scale, spread = _fit_scale(d, u, fit_tolerance)
+                # What the server would have written had nobody else touched
+                # the rows: the residual is compared in float32 units, allowing
+                # for the error of the fitted scale.
+                predicted = (before.astype(np.float64) + scale * u).astype(np.float32)
+                d = after.astype(np.float64) - predicted.astype(np.float64)
+                ulp = np.spacing(np.maximum(np.abs(after), np.abs(predicted))).astype(
+                    np.float64
+                )
+                # rows the adversary did not touch are tested exactly, unless
+                # the aggregate is rounded (fixed point): then every row is
+                mine = np.abs(u).sum(axis=1, keepdims=True) > 0
+                if own_quantum:
+                    mine = np.ones_like(mine)
+                tolerance = tolerance + np.where(
+                    mine, self.ulps * ulp + spread * np.abs(u), 0.0
+                )
+            else:
+                scale = contribution_scale(d, u)
+                d = d - scale * u
+            tolerance = tolerance + abs(scale) * float(own_quantum)
         bag = changed_rows(d, tolerance=tolerance, ignore=self.ignore)
         self._bags.append(bag)
         return bag
+
+    @staticmethod
+    def _before_after(
+        parameters: Sequence[ArrayLike], shape: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if len(parameters) != 2:
+            raise ConfigError(
+                "parameters must be the embedding matrix before and after the "
+                f"round (two arrays), got {len(parameters)}"
+            )
+        before, after = (
+            _as_matrix(p, "parameters").astype(np.float32) for p in parameters
+        )
+        if before.shape != shape or after.shape != shape:
+            raise ConfigError(
+                f"parameters {before.shape} / {after.shape} differ in shape from "
+                f"the update {shape}"
+            )
+        return before, after
 
     def observe_bag(self, bag: Iterable[int]) -> np.ndarray:
         """Store an already extracted bag of token ids (e.g. from a saved run)."""

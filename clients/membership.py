@@ -18,12 +18,14 @@ estimated from the update itself
 (:func:`fedleak.attacks.membership.contribution_scale`), so the adversary
 needs no server settings. Under secure aggregation
 (:class:`fedleak.strategies.SecureAggregation`) the server's aggregate, hence
-the new global model, is the same: the attack is unchanged; set
-``adversary.membership.extra_tolerance`` to the fixed-point rounding of the
-masked sum (about the number of clients times the quantisation step) so
-rounding is not taken for a word. Under a model-averaging weighted sum,
-fixed-point rounding moves every row slightly and the attack needs that
-tolerance; under synchronized SGD rows nobody touched still sum to exactly 0.
+the new global model, is the same up to the fixed-point rounding of the masked
+sum: under a model-averaging weighted sum it moves every row slightly (under
+synchronized SGD rows nobody touched still sum to exactly 0). The adversary
+reads the fixed point of its own upload (scale, group size, weighting) from
+the secure-aggregation client mod
+(:data:`fedleak.clients.secagg.QUANTISATION_STATE`) and allows for that
+rounding itself; ``adversary.membership.extra_tolerance`` adds a tolerance
+by hand (in parameter units) for other rounding.
 
 Bags go to ``<run dir>/adversary/membership-bags.jsonl`` (one line per
 observed round); :func:`load_membership_attack` rebuilds the attack from it.
@@ -46,6 +48,7 @@ from fedleak.task import TaskSpec
 
 from .defenses import EMBEDDING_KEY
 from .honest import HonestClient
+from .secagg import QUANTISATION_STATE
 
 __all__ = [
     "BAGS_FILE",
@@ -132,7 +135,7 @@ class EmbeddingMembershipAdversary(HonestClient):
         out, metrics = super().gradient_reply(arrays, state)
         theta = _embedding(arrays)
         self._observe(theta)
-        self._remember(theta, _embedding(out))
+        self._remember(theta, _embedding(out), self._own_quantum(metrics))
         return out, metrics
 
     def model_reply(
@@ -142,8 +145,38 @@ class EmbeddingMembershipAdversary(HonestClient):
         out, metrics = super().model_reply(arrays, config, server_round)
         theta = _embedding(arrays)
         self._observe(theta)
-        self._remember(theta, _embedding(out).astype(np.float64) - theta)
+        self._remember(
+            theta,
+            _embedding(out).astype(np.float64) - theta,
+            self._own_quantum(metrics),
+        )
         return out, metrics
+
+    def _own_quantum(self, metrics: MetricRecord) -> float:
+        """Fixed-point rounding of this round's masked sum, in units of own update.
+
+        The decoded sum of ``k`` encodings ``round(w v scale) / scale`` is off
+        by at most ``k * 0.5 / scale``; the adversary's own update enters it
+        with weight ``w`` (its example count under weighted aggregation, 1
+        otherwise), so in units of its own update the bound is ``k * 0.5 /
+        (scale * w)``. 0 without secure aggregation.
+        """
+        record = self._context().state.config_records.get(QUANTISATION_STATE)
+        if record is None:
+            return 0.0
+        scale, size = record.get("scale"), record.get("group-size")
+        if not isinstance(scale, float) or not isinstance(size, int) or scale <= 0:
+            raise ConfigError(f"malformed {QUANTISATION_STATE} record: {record}")
+        weight = 1.0
+        if record.get("weighted"):
+            n_k = metrics.get(protocol.NUM_EXAMPLES)
+            if isinstance(n_k, bool) or not isinstance(n_k, int) or n_k <= 0:
+                raise ConfigError(
+                    "weighted secure aggregation, but the reply's "
+                    f"{protocol.NUM_EXAMPLES} is {n_k!r}"
+                )
+            weight = float(n_k)
+        return size * 0.5 / (scale * weight)
 
     def _observe(self, theta: np.ndarray) -> None:
         state = self._context().state
@@ -155,11 +188,13 @@ class EmbeddingMembershipAdversary(HonestClient):
         before, own = previous["theta"].numpy(), previous["own"].numpy()
         settings = self.settings()
         attack = EmbeddingMembership(theta.shape[0])
+        quantum = meta.get("own-quantum", 0.0)
         bag = attack.observe(
             theta.astype(np.float64) - before,
             own=own,
             parameters=(before, theta),
             extra_tolerance=settings.extra_tolerance,
+            own_quantum=float(quantum) if isinstance(quantum, int | float) else 0.0,
         )
         if not settings.run_dir:
             raise ConfigError(
@@ -176,7 +211,7 @@ class EmbeddingMembershipAdversary(HonestClient):
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
 
-    def _remember(self, theta: np.ndarray, own: np.ndarray) -> None:
+    def _remember(self, theta: np.ndarray, own: np.ndarray, quantum: float) -> None:
         state = self._context().state
         state[_STATE_PREVIOUS] = ArrayRecord(
             {
@@ -184,7 +219,9 @@ class EmbeddingMembershipAdversary(HonestClient):
                 "own": Array(np.ascontiguousarray(own)),
             }
         )
-        state[_STATE_META] = ConfigRecord({"round": _round_of(self.config)})
+        state[_STATE_META] = ConfigRecord(
+            {"round": _round_of(self.config), "own-quantum": float(quantum)}
+        )
 
 
 def load_membership_attack(run_dir: str | Path, vocab_size: int) -> EmbeddingMembership:

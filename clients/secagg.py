@@ -31,9 +31,15 @@ from fedleak.errors import ProtocolError
 from fedleak.secagg import FixedPoint, KeyPair, mask, recovery
 from fedleak.secagg.layout import RAW_SLOTS, VectorLayout
 
-__all__ = ["secagg_mod"]
+__all__ = ["QUANTISATION_STATE", "secagg_mod"]
 
 _STATE = "fedleak.secagg"
+QUANTISATION_STATE = "fedleak.secagg.quantisation"
+"""``context.state`` key of the current upload's fixed point, written before the
+wrapped ClientApp trains: ``round``, ``scale``, ``clip``, ``group-size`` and
+``weighted`` (a client reading its own contribution out of the aggregate,
+e.g. :class:`fedleak.clients.membership.EmbeddingMembershipAdversary`,
+bounds the rounding of the decoded sum with them); removed when it returns."""
 _KEY_BYTES = 32
 
 
@@ -173,7 +179,19 @@ def _upload(msg: Message, context: Context, call_next: ClientAppCallable) -> Mes
         raise ProtocolError(
             "the server announced a public key for this node that is not ours"
         )
-    reply = call_next(msg, context)
+    context.state[QUANTISATION_STATE] = ConfigRecord(
+        {
+            "round": plan.round,
+            "scale": plan.fixed.scale,
+            "clip": plan.fixed.clip,
+            "group-size": len(plan.peers),
+            "weighted": plan.weighted,
+        }
+    )
+    try:
+        reply = call_next(msg, context)
+    finally:
+        del context.state[QUANTISATION_STATE]
     if reply.has_error():
         return reply
     vector = plan.encode(reply)

@@ -82,13 +82,43 @@ def test_bag_is_exactly_the_other_participants_words(
     theta[0] = 0
     target = _gradient(sorted(target_rows - {0}), rng)  # padding gets no gradient
     own = _gradient(sorted(adversary_rows), rng)
-    # most of the adversary's rows must be its own for the median scale
-    assume(len(adversary_rows & target_rows) * 2 < len(adversary_rows))
+    # a word shared by every row leaves no row to fit the scale on
+    assume(len(adversary_rows - target_rows) >= 2)
     new = _server_step(theta, target, own)
     bag = EmbeddingMembership(VOCAB).observe(
         new.astype(np.float64) - theta, own=own, parameters=(theta, new)
     )
     assert set(bag.tolist()) == target_rows - {0}
+
+
+def test_bag_is_exact_when_the_adversary_words_are_mostly_shared() -> None:
+    # Large batches: most of the adversary's words are also the target's, and
+    # the target's gradient on them correlates with the adversary's (the
+    # median coefficient would be biased), and one shared word gets a target
+    # update of only a few float32 ulps of its parameters.
+    rng = np.random.default_rng(7)
+    vocab, dim = 400, 16
+    theta = rng.uniform(-0.05, 0.05, (vocab, dim)).astype(np.float32)
+    theta[0] = 0
+    own = np.zeros((vocab, dim), np.float32)
+    own[1:301] = rng.normal(0, 1e-3, (300, dim))
+    target = np.zeros_like(own)
+    shared = np.arange(1, 201)  # two thirds of the adversary's rows
+    target[shared] = 0.6 * own[shared] + rng.normal(0, 3e-4, (200, dim))
+    target[350:360] = rng.normal(0, 1e-3, (10, dim))  # target-only words
+    tiny = 5
+    target[tiny] = 0.0
+    target[tiny, 0] = 4 * np.spacing(np.float32(0.05)) / 0.01
+    new = _server_step(theta, target, own)
+    bag = EmbeddingMembership(vocab).observe(
+        new.astype(np.float64) - theta, own=own, parameters=(theta, new)
+    )
+    assert bag.tolist() == sorted([*shared.tolist(), *range(350, 360)])
+    assert contribution_scale(
+        new.astype(np.float64) - theta,
+        own,
+        row_tolerance=rounding_tolerance(theta, new),
+    ) == pytest.approx(-0.01, rel=1e-4)
 
 
 def test_decision_rule_is_subset_of_some_bag() -> None:

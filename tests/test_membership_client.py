@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from fedleak.clients.membership import (
     load_membership_attack,
     membership_behaviour,
 )
+from fedleak.clients.secagg import QUANTISATION_STATE
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from fedleak import protocol
@@ -153,10 +155,19 @@ def test_flower_run_has_recall_one(tmp_path: Path) -> None:
     assert scores.precision > 0.8
 
 
-@pytest.mark.slow
-def test_adversary_under_model_averaging_sees_the_union_of_local_steps(
+def _two_model_averaging_rounds(
     tmp_path: Path,
-) -> None:
+    aggregate: Any,
+    quantisation: ConfigRecord | None = None,
+) -> tuple[set[int], set[int], bool]:
+    """Target and adversary train rounds 1 and 2; ``aggregate`` forms the model.
+
+    ``aggregate(theta, (w_target, target_model), (w_adv, adversary_model))``
+    returns the new global model; ``quantisation`` is what the
+    secure-aggregation client mod tells the adversary during its training.
+    Returns the bag read for round 1, the target's words, and whether the
+    aggregate moved every embedding row (rounding alone) in some round.
+    """
     spec = TaskSpec(
         dataset="checkins-synthetic", model="text-cnn", num_partitions=6, batch_size=64
     )
@@ -165,6 +176,7 @@ def test_adversary_under_model_averaging_sees_the_union_of_local_steps(
     }
     adv_ctx = _context(1)
     target = HonestClient(spec, 0)
+    moved_everywhere = False
     for server_round in (1, 2):
         config = ConfigRecord(
             {
@@ -179,14 +191,94 @@ def test_adversary_under_model_averaging_sees_the_union_of_local_steps(
         adversary.bind(adv_ctx, config)
         target.bind(_context(0), config)
         mt, nt = target.model_reply(arrays, config, server_round)
+        if quantisation is not None:
+            adv_ctx.state[QUANTISATION_STATE] = quantisation
         ma, na = adversary.model_reply(arrays, config, server_round)
-        wt, wa = float(nt[protocol.NUM_EXAMPLES]), float(na[protocol.NUM_EXAMPLES])
-        t, a = _numpy(mt), _numpy(ma)
-        theta = {  # ModelAveraging's weighted mean in float64
-            k: ((wt * t[k].astype(np.float64) + wa * a[k]) / (wt + wa)).astype(v.dtype)
-            for k, v in theta.items()
-        }
+        if quantisation is not None:
+            del adv_ctx.state[QUANTISATION_STATE]
+        wt, wa = nt[protocol.NUM_EXAMPLES], na[protocol.NUM_EXAMPLES]
+        assert isinstance(wt, int) and isinstance(wa, int)
+        new = aggregate(theta, (wt, _numpy(mt)), (wa, _numpy(ma)))
+        change = new[EMBEDDING_KEY] != theta[EMBEDDING_KEY]
+        moved_everywhere = moved_everywhere or bool(change[1:].any(axis=1).all())
+        theta = new
     rows = (tmp_path / "adversary" / BAGS_FILE).read_text().splitlines()
     bag = set(json.loads(rows[0])["bag"])
     words = set(np.unique(target.data.x_train.numpy()).tolist()) - {0}
+    return bag, words, moved_everywhere
+
+
+@pytest.mark.slow
+def test_adversary_under_model_averaging_sees_the_union_of_local_steps(
+    tmp_path: Path,
+) -> None:
+    def weighted_mean(theta: Any, target: Any, adversary: Any) -> dict[str, Any]:
+        (wt, t), (wa, a) = target, adversary
+        return {  # ModelAveraging's weighted mean in float64
+            k: ((wt * t[k].astype(np.float64) + wa * a[k]) / (wt + wa)).astype(v.dtype)
+            for k, v in theta.items()
+        }
+
+    bag, words, _ = _two_model_averaging_rounds(tmp_path, weighted_mean)
     assert bag == words  # one local epoch: every word of the target's partition
+
+
+@pytest.mark.slow
+def test_model_averaging_under_secure_aggregation_allows_for_fixed_point(
+    tmp_path: Path,
+) -> None:
+    """The masked weighted sum moves every row by its rounding; no hand setting."""
+    scale = 2.0**14  # a coarse fixed point: its rounding dwarfs float32 ulps
+
+    def code(w: int, v: np.ndarray) -> np.ndarray:
+        return np.round(w * v.astype(np.float64) * scale)
+
+    def masked_mean(theta: Any, target: Any, adversary: Any) -> dict[str, Any]:
+        (wt, t), (wa, a) = target, adversary
+        return {  # the decoded masked weighted sum over the total weight
+            k: ((code(wt, t[k]) + code(wa, a[k])) / scale / (wt + wa)).astype(v.dtype)
+            for k, v in theta.items()
+        }
+
+    quantisation = ConfigRecord(
+        {"round": 1, "scale": scale, "clip": 8.0, "group-size": 2, "weighted": True}
+    )
+    bag, words, moved_everywhere = _two_model_averaging_rounds(
+        tmp_path, masked_mean, quantisation
+    )
+    assert moved_everywhere  # rounding alone moves rows nobody touched
+    assert bag == words
+
+
+@pytest.mark.slow
+def test_flower_model_averaging_under_secure_aggregation_needs_no_tolerance(
+    tmp_path: Path,
+) -> None:
+    from fedleak.experiments import run_experiment
+    from fedleak.experiments.config import validate
+
+    raw = {
+        "name": "membership-ma-secagg",
+        "seed": 0,
+        "rounds": 2,
+        "data": {"dataset": "checkins-synthetic"},
+        "model": {"name": "text-cnn"},
+        "strategy": {"name": "model-averaging", "learning_rate": 0.05},
+        "client": {"batch_size": 64},
+        "federation": {"num_clients": 3},
+        "evaluation": {"server": False},
+        # 32-bit words: a coarse fixed point (scale 2^13), whose rounding of
+        # the weighted sum moves every embedding row by several float32 ulps
+        "secure_aggregation": {"enabled": True, "modulus_bits": 32},
+        "adversary": {"kind": "embedding-membership", "partition": 2},
+    }
+    run_experiment(validate(raw, "test", "test"), out=tmp_path)
+    spec = TaskSpec(
+        dataset="checkins-synthetic", model="text-cnn", num_partitions=3, batch_size=64
+    )
+    rows = (tmp_path / "adversary" / BAGS_FILE).read_text().splitlines()
+    assert len(rows) == 1  # round 1, read in round 2
+    bag = set(json.loads(rows[0])["bag"])
+    others = [HonestClient(spec, p).data.x_train.numpy() for p in (0, 1)]
+    words = set(np.unique(np.concatenate(others)).tolist()) - {0}
+    assert bag == words  # one local epoch each: the union of their words

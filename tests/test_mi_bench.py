@@ -57,8 +57,9 @@ def test_mi_generative_quick_writes_report_and_plots(tmp_path: Path) -> None:
             and eps["set_accuracy"] == d["set_accuracy"]
         )
     assert 0.0 <= saved["monte_carlo"]["reconstruction"]["set_accuracy"] <= 1.0
-    for plot in report["plots"]:
-        assert Path(plot).exists() and Path(plot).name.startswith("gen-")
+    for plot in report["plots"]:  # names of files next to the JSON
+        assert Path(plot).name == plot and plot.startswith("gen-")
+        assert (out.with_name(plot)).exists()
     assert {Path(p).name for p in report["plots"]} >= {
         "gen-white-box.png",
         "gen-samples.png",
@@ -81,7 +82,7 @@ def test_mi_classifier_quick_writes_report_and_plot(tmp_path: Path) -> None:
     for point in saved["points"]:
         assert 0.0 <= point["precision"] <= 1.0 and 0.0 <= point["auc"] <= 1.0
     assert set(saved["trends"]) == {"ldp", "cdp"}
-    assert Path(report["plots"][0]).exists()
+    assert out.with_name(report["plots"][0]).exists()
 
 
 def test_skewed_purchases_follows_the_seed_recipe() -> None:
@@ -133,4 +134,19 @@ def test_cli_refuses_an_unknown_part_before_any_work(tmp_path):
     )
     assert result.exit_code == 2
     assert "unknown part" in result.output
+    assert not out.exists()
+
+
+def test_scales_are_named_and_checked_before_any_work(tmp_path: Path) -> None:
+    from fedleak.experiments.bench_mi_generative import CPU, FULL, QUICK, SCALES
+
+    assert SCALES == {"quick": QUICK, "cpu": CPU, "thesis": FULL}
+    # the default (cpu) is Fashion-MNIST, smaller than the thesis scale
+    assert CPU.dataset == FULL.dataset == "fashion-mnist"
+    assert CPU.pool_size < FULL.pool_size and CPU.attacker_steps < FULL.attacker_steps
+    out = tmp_path / "x.json"
+    with pytest.raises(ConfigError, match=r"unknown scale 'huge'.*thesis"):
+        run_mi_generative_bench(out, scale="huge")
+    with pytest.raises(ConfigError, match="--quick contradicts --scale thesis"):
+        run_mi_generative_bench(out, quick=True, scale="thesis")
     assert not out.exists()

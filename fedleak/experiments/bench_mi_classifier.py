@@ -501,7 +501,7 @@ def run_mi_classifier_bench(
         "points": rows,
         "trends": trends,
         "median_wall_s_per_point": float(np.median([r["wall_s"] for r in rows])),
-        "plots": plots,
+        "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
     write_json_atomic(out, report)

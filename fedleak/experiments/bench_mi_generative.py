@@ -75,9 +75,11 @@ from fedleak.generative import (
 from .results import write_atomic, write_json_atomic
 
 __all__ = [
+    "CPU",
     "FULL",
     "PARTS",
     "QUICK",
+    "SCALES",
     "GenerativeBenchSettings",
     "run_mi_generative_bench",
 ]
@@ -156,7 +158,43 @@ FULL = GenerativeBenchSettings(
     mi_trials=100,
     reconstruction_samples=300,
 )
-"""Fashion-MNIST: 6,000-record pool, 600 members, seed-like schedules."""
+"""Fashion-MNIST: 6,000-record pool, 600 members, seed-like schedules.
+
+Hours of CPU time (the target DCGANs alone train 2 x 200 epochs on 600
+images with 64-channel discriminators); meant for a GPU (``--device cuda``).
+"""
+
+CPU = GenerativeBenchSettings(
+    dataset="fashion-mnist",
+    pool_size=1000,
+    gan_lr=2e-3,
+    target_epochs=200,
+    eval_every_epochs=25,
+    conditional=True,
+    attacker_steps=1000,
+    attacker_eval_every=200,
+    target_samples=2000,
+    aux_delay_steps=300,
+    aux_delays=(0, 300),
+    vae_epochs=150,
+    mc_samples=2000,
+    mi_set_size=30,
+    mi_trials=50,
+    reconstruction_samples=100,
+)
+"""The default: Fashion-MNIST, 1,000-record pool, 100 members, every part.
+
+:data:`FULL`'s schedules cut to what a 2-core CPU finishes in well under an
+hour: smaller DCGANs (16/32 channels), 1,000 attacker steps, 2,000 target
+samples per attack.
+"""
+
+SCALES: dict[str, GenerativeBenchSettings] = {
+    "quick": QUICK,
+    "cpu": CPU,
+    "thesis": FULL,
+}
+"""Named settings of ``fedleak bench mi-generative --scale``."""
 
 
 @dataclass
@@ -760,6 +798,7 @@ def run_mi_generative_bench(
     settings: GenerativeBenchSettings | None = None,
     parts: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    scale: str | None = None,
 ) -> dict[str, Any]:
     """Run the ``mi-generative`` parts, write the JSON report and plots.
 
@@ -768,7 +807,7 @@ def run_mi_generative_bench(
     out : Path
         The JSON file; plots go next to it as ``<stem>-<plot>.png``.
     quick : bool, default=False
-        Use :data:`QUICK` (digits, CI-sized) instead of :data:`FULL`.
+        Use :data:`QUICK` (digits, CI-sized); the same as ``scale="quick"``.
     dataset : str, optional
         Override the dataset of the chosen settings.
     seed : int, default=0
@@ -776,19 +815,28 @@ def run_mi_generative_bench(
     device : str, default="cpu"
         Torch device of the training (``"cuda"`` on a GPU).
     settings : GenerativeBenchSettings, optional
-        Full control over sizes (overrides ``quick`` and ``dataset``).
+        Full control over sizes (overrides ``quick``, ``scale`` and
+        ``dataset``).
     parts : sequence of str, optional
         Attacks to run besides the white-box one (which is measured while the
         target trains): any of :data:`PARTS`; all by default.
     progress : callable, optional
         Receives one line of text per finished step.
+    scale : str, optional
+        A key of :data:`SCALES`: ``"quick"``, ``"cpu"`` (the default,
+        :data:`CPU`) or ``"thesis"`` (:data:`FULL`).
 
     Returns
     -------
     dict
         The report written to ``out``.
     """
-    s = settings or (QUICK if quick else FULL)
+    if scale is not None and scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; choose from {list(SCALES)}")
+    if quick and scale not in (None, "quick"):
+        raise ConfigError(f"--quick contradicts --scale {scale}")
+    named = SCALES[scale or ("quick" if quick else "cpu")]
+    s = settings or named
     if dataset is not None and settings is None:
         s = replace(s, dataset=dataset)
     chosen = list(PARTS if parts is None else dict.fromkeys(parts))
@@ -869,6 +917,9 @@ def run_mi_generative_bench(
         "schema_version": SCHEMA_VERSION,
         "bench": "mi-generative",
         "quick": quick,
+        "scale": None
+        if settings is not None
+        else scale or ("quick" if quick else "cpu"),
         "seed": seed,
         "seeds": seeds,
         "device": device,
@@ -906,7 +957,7 @@ def run_mi_generative_bench(
         else None,
         "auxiliary": auxiliary,
         "monte_carlo": monte_carlo,
-        "plots": plots,
+        "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
     write_json_atomic(out, report)

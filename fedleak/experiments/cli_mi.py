@@ -133,6 +133,14 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
             bool,
             typer.Option("--quick", help="CI-sized: digits, 400-record pool."),
         ] = False,
+        scale: Annotated[
+            str | None,
+            typer.Option(
+                help="quick (= --quick), cpu (default: Fashion-MNIST, 1,000-record "
+                "pool, under an hour on 2 cores) or thesis (6,000-record pool, "
+                "seed schedules; use a GPU).",
+            ),
+        ] = None,
         dataset: Annotated[
             str | None,
             typer.Option(help="digits or fashion-mnist (default: by --quick)."),
@@ -162,6 +170,7 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
                 device=device,
                 parts=part,
                 progress=say,
+                scale=scale,
             )
         except FedleakError as err:
             fail(err)
@@ -170,7 +179,7 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
             out_console.print(table)
         out_console.print(f"wall time: {report['wall_s']:.1f} s", highlight=False)
         for plot in report["plots"]:
-            out_console.print(f"written: {plot}", highlight=False)
+            out_console.print(f"written: {out.with_name(plot)}", highlight=False)
         out_console.print(f"written: {out}", highlight=False)
 
     @bench_app.command("mi-classifier")
@@ -205,5 +214,5 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
         out_console.print(_classifier_table(report))
         out_console.print(f"wall time: {report['wall_s']:.1f} s", highlight=False)
         for plot in report["plots"]:
-            out_console.print(f"written: {plot}", highlight=False)
+            out_console.print(f"written: {out.with_name(plot)}", highlight=False)
         out_console.print(f"written: {out}", highlight=False)
