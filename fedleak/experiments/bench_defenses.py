@@ -76,16 +76,17 @@ from fedleak.attacks.property import (
     gradient_features,
     single_batch_auc,
 )
-from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses, restrict_inputs
+from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses
 from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
 from fedleak.data.text import TextDataset
 from fedleak.errors import ConfigError
-from fedleak.models import build_text_model
-from fedleak.training import batch_gradient, get_arrays, set_arrays
+from fedleak.training import batch_gradient, set_arrays
 
 from .bench_membership import (
     MembershipSetup,
     SimulationOutcome,
+    inputs_and_model,
+    server_step,
     simulate_membership,
 )
 from .results import SCHEMA_VERSION, write_atomic, write_json_atomic
@@ -187,20 +188,7 @@ def simulate_property(
     rng = np.random.default_rng(batches)
     noise_rng = np.random.default_rng(noise)
     defenses = setup.defenses
-    x_all = torch.from_numpy(data.x_train)
-    if defenses.vocab_top_n is not None:
-        x_all = restrict_inputs(x_all, defenses.vocab_top_n)
-    y_all = torch.from_numpy(data.y_train)
-    model = build_text_model(
-        setup.model,
-        data.vocab_size,
-        data.num_classes,
-        seed=int(model_seed.generate_state(1)[0]),
-        dropout=setup.dropout,
-        embedding_dim=setup.embedding_dim,
-        cnn_hidden=setup.cnn_hidden,
-    )
-    params = {k: v.astype(np.float32) for k, v in get_arrays(model).items()}
+    x_all, y_all, model, params = inputs_and_model(data, setup, model_seed)
     aux_x: list[np.ndarray] = []
     aux_y: list[int] = []
     observed: list[np.ndarray] = []
@@ -232,18 +220,7 @@ def simulate_property(
                     aux_x.append(features(g_aux))
                     aux_y.append(int(aux_prop))
         updates = [g_target, g_adv]
-        new: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            step = sum(u[name].astype(np.float64) for u in updates if name in u)
-            if isinstance(step, int):
-                new[name] = value
-                continue
-            if setup.participant_noise is not None:
-                std = setup.participant_noise * setup.participant_clip
-                step = step + noise_rng.normal(0.0, std, step.shape)
-            new[name] = (value.astype(np.float64) - setup.learning_rate * step).astype(
-                np.float32
-            )
+        new = server_step(params, updates, setup, noise_rng)
         delta = {k: new[k].astype(np.float64) - params[k] for k in params}
         scale = contribution_scale(delta[EMBEDDING_KEY], g_adv[EMBEDDING_KEY])
         others = {

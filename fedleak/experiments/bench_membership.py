@@ -67,8 +67,10 @@ __all__ = [
     "DATASETS",
     "MembershipSetup",
     "SimulationOutcome",
+    "inputs_and_model",
     "load_bench_dataset",
     "run_membership_bench",
+    "server_step",
     "simulate_membership",
 ]
 
@@ -231,6 +233,65 @@ class _BatchWalker:
         return np.sort(batch)
 
 
+def inputs_and_model(
+    data: TextDataset, setup: MembershipSetup, model_seed: np.random.SeedSequence
+) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module, dict[str, np.ndarray]]:
+    """Return the inputs, labels, model of ``setup`` and its float32 parameters.
+
+    The inputs are vocabulary-restricted when the defenses say so (the
+    restriction is the model's input space, so it binds every party).
+    """
+    x_all = torch.from_numpy(data.x_train)
+    if setup.defenses.vocab_top_n is not None:
+        x_all = restrict_inputs(x_all, setup.defenses.vocab_top_n)
+    model = build_text_model(
+        setup.model,
+        data.vocab_size,
+        data.num_classes,
+        seed=int(model_seed.generate_state(1)[0]),
+        dropout=setup.dropout,
+        embedding_dim=setup.embedding_dim,
+        cnn_hidden=setup.cnn_hidden,
+    )
+    params = {k: v.astype(np.float32) for k, v in get_arrays(model).items()}
+    return x_all, torch.from_numpy(data.y_train), model, params
+
+
+def server_step(
+    params: dict[str, np.ndarray],
+    updates: Sequence[dict[str, np.ndarray]],
+    setup: MembershipSetup,
+    noise_rng: np.random.Generator,
+    momentum: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """One synchronized-SGD server step (seed 000 Alg. 1), as :class:`SyncSGD`.
+
+    Sums the updates in float64, adds the participant-level Gaussian noise,
+    weight decay and momentum of ``setup`` (``momentum`` is updated in
+    place), steps by ``setup.learning_rate`` and casts back to float32.
+    """
+    new_params: dict[str, np.ndarray] = {}
+    for name, value in params.items():
+        step = sum(u[name].astype(np.float64) for u in updates if name in u)
+        if isinstance(step, int):
+            new_params[name] = value
+            continue
+        if setup.participant_noise is not None:
+            std = setup.participant_noise * setup.participant_clip
+            step = step + noise_rng.normal(0.0, std, step.shape)
+        if setup.server_weight_decay:
+            step = step + setup.server_weight_decay * value.astype(np.float64)
+        if setup.server_momentum:
+            if momentum is None:
+                raise ConfigError("server_momentum needs a momentum buffer")
+            momentum[name] = setup.server_momentum * momentum[name] + step
+            step = momentum[name]
+        new_params[name] = (
+            value.astype(np.float64) - setup.learning_rate * step
+        ).astype(np.float32)
+    return new_params
+
+
 def simulate_membership(
     data: TextDataset,
     setup: MembershipSetup,
@@ -266,20 +327,7 @@ def simulate_membership(
     half = order.size // 2
     target_idx, adv_idx = np.sort(order[:half]), np.sort(order[half:])
     defenses = setup.defenses
-    x_all = torch.from_numpy(data.x_train)
-    if defenses.vocab_top_n is not None:
-        x_all = restrict_inputs(x_all, defenses.vocab_top_n)
-    y_all = torch.from_numpy(data.y_train)
-    model = build_text_model(
-        setup.model,
-        data.vocab_size,
-        data.num_classes,
-        seed=int(model_seed.generate_state(1)[0]),
-        dropout=setup.dropout,
-        embedding_dim=setup.embedding_dim,
-        cnn_hidden=setup.cnn_hidden,
-    )
-    params = {k: v.astype(np.float32) for k, v in get_arrays(model).items()}
+    x_all, y_all, model, params = inputs_and_model(data, setup, model_seed)
     momentum = {k: np.zeros(v.shape, np.float64) for k, v in params.items()}
     target = _BatchWalker(
         target_idx, setup.batch_size, int(walk_t.generate_state(1)[0])
@@ -305,24 +353,7 @@ def simulate_membership(
         if setup.participant_noise is not None:
             updates = [_flat_norm_clip(u, setup.participant_clip) for u in updates]
         prev_emb = params[EMBEDDING_KEY].copy()
-        new_params: dict[str, np.ndarray] = {}
-        for name, value in params.items():
-            step = sum(u[name].astype(np.float64) for u in updates if name in u)
-            if isinstance(step, int):
-                new_params[name] = value
-                continue
-            if setup.participant_noise is not None:
-                std = setup.participant_noise * setup.participant_clip
-                step = step + noise_rng.normal(0.0, std, step.shape)
-            if setup.server_weight_decay:
-                step = step + setup.server_weight_decay * value.astype(np.float64)
-            if setup.server_momentum:
-                momentum[name] = setup.server_momentum * momentum[name] + step
-                step = momentum[name]
-            new_params[name] = (
-                value.astype(np.float64) - setup.learning_rate * step
-            ).astype(np.float32)
-        params = new_params
+        params = server_step(params, updates, setup, noise_rng, momentum)
         attack.observe(
             params[EMBEDDING_KEY].astype(np.float64) - prev_emb,
             own=g_adv[EMBEDDING_KEY],
