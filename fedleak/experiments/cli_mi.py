@@ -137,7 +137,7 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
             str | None,
             typer.Option(
                 help="quick (= --quick), cpu (default: Fashion-MNIST, 1,000-record "
-                "pool, under an hour on 2 cores) or thesis (6,000-record pool, "
+                "pool, about half an hour on 2 cores) or thesis (6,000-record pool, "
                 "seed schedules; use a GPU).",
             ),
         ] = None,
