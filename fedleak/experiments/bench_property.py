@@ -43,7 +43,8 @@ JSON schema (``schema_version`` 1)::
      "factor": float}, "versions": {...}, "machine": {...},
      "runs": [{"label": str, "params": {...}, "auc": float|null,
                "dataset_score": float, "wall_s": float,
-               "test_accuracy": float|null, "run_dir": str, ...}],
+               "test_accuracy": float|null,
+               "run_dir": str (relative to the JSON's folder), ...}],
      "summary": {...experiment-specific medians and ratios...},
      "plots": [str, ...], "wall_s": float}
 """
@@ -260,7 +261,7 @@ def _run(
         "wall_s": wall,
         "median_round_s": outcome.results["timing"]["median_round_after_first_s"],
         "test_accuracy": final.get("test-accuracy"),
-        "run_dir": str(run_dir),
+        "run_dir": str(run_dir.relative_to(s.out.parent)),  # next to the JSON
         "series": {"rounds": analysis["rounds"], "scores": analysis["scores"]},
         "truth": analysis["truth"],
     }
@@ -844,7 +845,7 @@ def run_property_bench(
         "runs": rows,
         "summary": summary,
         "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
-        "plots": plots,
+        "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
     write_json_atomic(out, report)

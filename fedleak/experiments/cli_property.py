@@ -110,5 +110,5 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
         out_console.print(table)
         out_console.print(f"summary: {report['summary']}", highlight=False)
         for plot in report["plots"]:
-            out_console.print(f"written: {plot}", highlight=False)
+            out_console.print(f"written: {out.with_name(plot)}", highlight=False)
         out_console.print(f"written: {out}", highlight=False)
