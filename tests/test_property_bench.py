@@ -62,7 +62,11 @@ def _fashion_mnist() -> None:
 def test_quick_two_party_writes_json_plots_and_rescorable_runs(tmp_path):
     _fashion_mnist()
     out = tmp_path / "two.json"
-    report = run_property_bench("two-party", out, quick=True, rounds=8)
+    # a property other than the default watermark: the secure-aggregation
+    # run repeats it and the summary compares the two
+    report = run_property_bench(
+        "two-party", out, quick=True, rounds=8, properties=["inverted"]
+    )
     saved = json.loads(out.read_text())
     assert saved["schema_version"] == 1 and saved["experiment"] == "two-party"
     assert saved["scale"] == {
@@ -71,7 +75,9 @@ def test_quick_two_party_writes_json_plots_and_rescorable_runs(tmp_path):
         "factor": 8 / 3000,
     }
     labels = [r["label"] for r in saved["runs"]]
-    assert labels == ["watermark", "watermark-secagg"]
+    assert labels == ["inverted", "inverted-secagg"]
+    assert saved["summary"]["secagg_property"] == "inverted"
+    assert "watermark_auc" not in saved["summary"]
     for row in saved["runs"]:
         assert 0.0 <= row["auc"] <= 1.0
         assert len(row["series"]["scores"]) == 7  # rounds 1..7 observed in 2..8
