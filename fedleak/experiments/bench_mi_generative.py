@@ -72,7 +72,7 @@ from fedleak.generative import (
     train_vae,
 )
 
-from .results import write_atomic, write_json_atomic
+from .results import write_figure, write_json_atomic
 
 __all__ = [
     "CPU",
@@ -662,26 +662,6 @@ def _single_and_set_mi(
 # ---------------------------------------------------------------- plots
 
 
-def _figure(path: Path, draw: Callable[[Any], None], size: tuple[float, float]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=size)
-    try:
-        draw(fig)
-        fig.tight_layout()
-
-        def write(tmp: Path) -> None:
-            fig.savefig(tmp, format="png", dpi=110)
-
-        write_atomic(path, write)
-    finally:
-        plt.close(fig)
-    return str(path)
-
-
 def _plot_curves(
     path: Path,
     title: str,
@@ -704,7 +684,7 @@ def _plot_curves(
         ax.set_title(title)
         ax.legend(fontsize=8)
 
-    return _figure(path, draw, (6.0, 4.0))
+    return write_figure(path, draw, (6.0, 4.0))
 
 
 def _plot_samples(path: Path, grids: dict[str, np.ndarray]) -> str:
@@ -716,7 +696,7 @@ def _plot_samples(path: Path, grids: dict[str, np.ndarray]) -> str:
             ax.set_title(name, fontsize=9)
             ax.axis("off")
 
-    return _figure(path, draw, (8.0, 1.3 * len(grids) + 0.5))
+    return write_figure(path, draw, (8.0, 1.3 * len(grids) + 0.5))
 
 
 def _plots(

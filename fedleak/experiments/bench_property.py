@@ -77,7 +77,7 @@ from fedleak.attacks.property import (
 from fedleak.errors import ConfigError, DataError
 
 from .config import ExperimentConfig, load_config
-from .results import write_atomic, write_json_atomic
+from .results import write_figure, write_json_atomic
 
 __all__ = [
     "EXPERIMENTS",
@@ -277,26 +277,6 @@ def _k(config: ExperimentConfig) -> int:
 # ---------------------------------------------------------------- plots
 
 
-def _figure(path: Path, draw: Callable[[Any], None], size: tuple[float, float]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=size)
-    try:
-        draw(fig)
-        fig.tight_layout()
-
-        def write(tmp: Path) -> None:
-            fig.savefig(tmp, format="png", dpi=110)
-
-        write_atomic(path, write)
-    finally:
-        plt.close(fig)
-    return str(path)
-
-
 def _plot_path(s: _Settings, name: str) -> Path:
     return s.out.with_name(f"{s.out.stem}-{name}.png")
 
@@ -318,7 +298,7 @@ def _plot_lines(
         ax.grid(alpha=0.3)
         ax.legend()
 
-    return _figure(_plot_path(s, name), draw, (5.5, 3.8))
+    return write_figure(_plot_path(s, name), draw, (5.5, 3.8))
 
 
 def _plot_series(
@@ -339,7 +319,7 @@ def _plot_series(
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right")
 
-    return _figure(_plot_path(s, name), draw, (7.0, 3.8))
+    return write_figure(_plot_path(s, name), draw, (7.0, 3.8))
 
 
 # ------------------------------------------------------------ experiments
@@ -395,7 +375,7 @@ def _two_party(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list
         ax.axhline(0.9, color="tab:red", ls="--", lw=0.8)
         ax.set(ylabel="single-batch AUC", title="two-party sync-SGD", ylim=(0, 1.02))
 
-    return rows, summary, [_figure(_plot_path(s, "auc"), draw, (5.5, 3.8))]
+    return rows, summary, [write_figure(_plot_path(s, "auc"), draw, (5.5, 3.8))]
 
 
 def _sweep(
@@ -564,7 +544,7 @@ def _model_averaging(
             ax.set(title=f"model averaging, K = {k}", ylabel="P(property)", ylim=(0, 1))
             ax.grid(alpha=0.3)
 
-    plot = _figure(_plot_path(s, "boxplots"), draw, (5.0 * len(ks), 3.8))
+    plot = write_figure(_plot_path(s, "boxplots"), draw, (5.0 * len(ks), 3.8))
     return rows, summary, [plot]
 
 
@@ -673,7 +653,9 @@ def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
         grid.auto_set_column_width([0, 1, 2])
         ax.set_title("fortunes: words with the largest coefficients")
 
-    plots = [_figure(_plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table)))]
+    plots = [
+        write_figure(_plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table)))
+    ]
     if not s.quick:
         fractions = [
             r

@@ -53,6 +53,7 @@ __all__ = [
     "count_usable_rounds",
     "plot_curves",
     "write_atomic",
+    "write_figure",
     "write_json_atomic",
 ]
 
@@ -82,6 +83,33 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_figure(
+    path: str | Path, draw: Callable[[Any], None], size: tuple[float, float]
+) -> str:
+    """Draw a figure of ``size`` inches with ``draw(fig)``; save it atomically.
+
+    The PNG (110 dpi) goes to ``path`` through :func:`write_atomic`; the
+    figure is closed even if drawing fails. Returns ``str(path)``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=size)
+    try:
+        draw(fig)
+        fig.tight_layout()
+
+        def write(tmp: Path) -> None:
+            fig.savefig(tmp, format="png", dpi=110)
+
+        write_atomic(path, write)
+    finally:
+        plt.close(fig)
+    return str(path)
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
