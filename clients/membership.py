@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fedleak.attacks.membership import EmbeddingMembership
+from fedleak.attacks.membership.embedding import EmbeddingMembership
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 
 from fedleak import protocol

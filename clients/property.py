@@ -40,8 +40,8 @@ from typing import Any, Final, cast
 
 import numpy as np
 import torch
-from fedleak.attacks.property import ObservationLog, gradient_features
-from fedleak.attacks.property_gradients import (
+from fedleak.attacks.property.classifier import ObservationLog, gradient_features
+from fedleak.attacks.property.gradients import (
     AuxiliaryPools,
     PropertyHead,
     apply_head_step,
@@ -458,7 +458,7 @@ class ActivePropertyAdversary(PassivePropertyAdversary):
     """Active property inference by multi-task learning (seed 000 Ch. 7.1.5).
 
     The adversary extends its copy of the model with a property head on the
-    last layer (:class:`fedleak.attacks.property_gradients.PropertyHead`, kept
+    last layer (:class:`fedleak.attacks.property.gradients.PropertyHead`, kept
     in ``Context.state``) and uploads the gradient of
 
     ``L = (1 - alpha) * L(x, y; theta) + alpha * L(x', p; theta)``

@@ -3,10 +3,13 @@
 ``fedleak run CONFIG``      run an experiment file as a Flower simulation
 ``fedleak quickstart``      run the bundled ``sim_configs/quickstart.toml``
 ``fedleak datasets``        which datasets this machine has, and where
-``fedleak bench ...``       benchmarks that write JSON, peers measured alongside
+``fedleak bench NAME ...``  benchmarks that write JSON, peers measured alongside
 
 Errors fedleak raises on purpose (bad config, missing data) print one line
-``error: ...`` and exit with status 2; nothing is written for them.
+``error: ...`` and exit with status 2; they are caught here, once, in
+:func:`main`. Nothing heavy is imported before a command needs it: the help
+pages and a configuration error answer without loading torch, Flower or Ray,
+and a benchmark's module loads only when that benchmark runs.
 """
 
 from __future__ import annotations
@@ -15,24 +18,61 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
+from .bench import BENCHMARKS, Benchmark
 from .errors import FedleakError
 
+if TYPE_CHECKING:
+    from .experiments.config import ExperimentConfig
+
 __all__ = ["app", "main"]
+
+EXIT_USAGE = 2
+
+_err = Console(stderr=True)
+_out = Console()
+
+
+class _LazyBenchGroup(typer.core.TyperGroup):
+    """``fedleak bench``: lists :data:`fedleak.bench.BENCHMARKS` without importing.
+
+    The help page is drawn from placeholders that carry only the registered
+    summary; the module of a benchmark is imported when that benchmark is
+    resolved to run (or to show its own ``--help``).
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [bench.name for bench in BENCHMARKS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        bench = _registered(cmd_name)
+        if bench is None:
+            return None
+        return typer.core.TyperCommand(
+            bench.name, help=bench.summary, short_help=bench.summary
+        )
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        bench = _registered(args[0]) if args else None
+        if bench is None:
+            return super().resolve_command(ctx, args)
+        loader = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        loader.command(name=bench.name)(bench.command())
+        return bench.name, typer.main.get_command(loader), args[1:]
+
+
+def _registered(name: str) -> Benchmark | None:
+    return next((bench for bench in BENCHMARKS if bench.name == name), None)
+
 
 app = typer.Typer(
     name="fedleak",
@@ -42,24 +82,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 bench_app = typer.Typer(
-    help="Benchmarks: write JSON with fedleak and its peer side by side."
+    cls=_LazyBenchGroup,
+    help="Benchmarks: write JSON with fedleak and its peer side by side.",
+    no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
-
-_err = Console(stderr=True)
-_out = Console()
-
-EXIT_USAGE = 2
-
-
-def _fail(err: FedleakError) -> None:
-    one_line = " ".join(
-        line.strip(" -") for line in str(err).splitlines() if line.strip()
-    )
-    _err.print(
-        f"[bold red]error:[/] {escape(one_line)}", highlight=False, soft_wrap=True
-    )
-    raise typer.Exit(EXIT_USAGE)
 
 
 def _bundled_config(name: str) -> Path:
@@ -69,22 +96,17 @@ def _bundled_config(name: str) -> Path:
     return Path(str(resources.files("fedleak.sim_configs") / name))
 
 
-def _run(
-    config_path: Path,
-    out: Path | None,
-    overrides: list[str],
-    ray_address: str | None,
-    verbose: bool,
-) -> None:
-    from .experiments import load_config, preflight, run_experiment
+def _progress_bar(config: ExperimentConfig, verbose: bool) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    try:
-        config = load_config(config_path, overrides)
-        preflight(config)
-    except FedleakError as err:
-        _fail(err)
-        return
-    progress = Progress(
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -95,6 +117,23 @@ def _run(
         transient=False,
         disable=verbose,
     )
+
+
+def _run(
+    config_path: Path,
+    out: Path | None,
+    overrides: list[str],
+    ray_address: str | None,
+    verbose: bool,
+) -> None:
+    from .experiments.config import load_config
+
+    config = load_config(config_path, overrides)
+    from .experiments.results import count_usable_rounds
+    from .experiments.runner import preflight, run_experiment
+
+    preflight(config)
+    progress = _progress_bar(config, verbose)
     task = progress.add_task(
         f"{config.name} ({config.strategy.name}, "
         f"{config.federation.num_clients} clients)",
@@ -108,20 +147,10 @@ def _run(
         progress.update(task, completed=server_round, metric=metric)
 
     started = time.perf_counter()
-    try:
-        with progress:
-            outcome = run_experiment(
-                config,
-                out=out,
-                ray_address=ray_address,
-                verbose=verbose,
-                on_round=on_round,
-            )
-    except FedleakError as err:
-        _fail(err)
-        return
-    from .experiments.results import count_usable_rounds
-
+    with progress:
+        outcome = run_experiment(
+            config, out=out, ray_address=ray_address, verbose=verbose, on_round=on_round
+        )
     if count_usable_rounds(outcome.results) == 0:
         _err.print(
             "[bold red]error:[/] no client reply could be used in any round "
@@ -184,6 +213,8 @@ def quickstart(
 @app.command()
 def datasets() -> None:
     """List the datasets fedleak can load on this machine, and where they are."""
+    from rich.table import Table
+
     from .data import dataset_status
 
     table = Table("dataset", "available", "location / how to get it")
@@ -196,166 +227,21 @@ def datasets() -> None:
     _out.print(table)
 
 
-@bench_app.command("strategies")
-def bench_strategies(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-strategies.json"
-    ),
-    clients: Annotated[int, typer.Option(help="Simulated clients.")] = 10,
-    rounds: Annotated[int, typer.Option(help="Rounds per strategy per block.")] = 10,
-    blocks: Annotated[
-        int, typer.Option(help="Blocks (each runs every strategy once, rotated).")
-    ] = 3,
-    dataset: Annotated[
-        str, typer.Option(help="digits, fashion-mnist or mnist.")
-    ] = "digits",
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
-) -> None:
-    """Time rounds of SyncSGD and ModelAveraging vs Flower's FedAvg, same simulation."""
-    from .experiments.bench import run_strategy_bench
-
-    try:
-        report = run_strategy_bench(
-            out,
-            clients=clients,
-            rounds=rounds,
-            blocks=blocks,
-            dataset=dataset,
-            verbose=verbose,
-        )
-    except FedleakError as err:
-        _fail(err)
-        return
-    table = Table("strategy", "median round (s)", "x FedAvg", "rounds timed")
-    for name, stats in report["strategies"].items():
-        table.add_row(
-            name,
-            f"{stats['median_round_s']:.4f}",
-            f"{report['ratios_vs_fedavg'][name]:.2f}",
-            str(len(stats["round_s"])),
-        )
-    _out.print(table)
-    _out.print(f"written: {out}", highlight=False)
-
-
-@bench_app.command("secagg")
-def bench_secagg(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-secagg.json"
-    ),
-    clients: Annotated[
-        list[int] | None, typer.Option("--clients", help="N values (repeatable).")
-    ] = None,
-    lengths: Annotated[
-        list[int] | None, typer.Option("--length", help="L values (repeatable).")
-    ] = None,
-    rounds: Annotated[int, typer.Option(help="Rounds per method per block.")] = 4,
-    blocks: Annotated[int, typer.Option(help="Blocks, methods rotated.")] = 2,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
-) -> None:
-    """Secure aggregation vs FedAvg and Flower's SecAgg+, plus the primitives' floor."""
-    from .experiments.bench_secagg import run_secagg_bench
-
-    try:
-        report = run_secagg_bench(
-            out,
-            clients=clients or (10, 30),
-            lengths=lengths or (100_000, 1_000_000),
-            rounds=rounds,
-            blocks=blocks,
-            verbose=verbose,
-            progress=lambda text: _err.print(f"[dim]{escape(text)}[/]"),
-        )
-    except FedleakError as err:
-        _fail(err)
-        return
-    table = Table(
-        "N",
-        "L",
-        "FedAvg s",
-        "SA s",
-        "SecAgg+ s",
-        "SA/FedAvg",
-        "SecAgg+/SA",
-        "SA rel err",
-        "SecAgg+ rel err",
-    )
-    for row in report["federated"]:
-        table.add_row(
-            str(row["n_clients"]),
-            str(row["length"]),
-            f"{row['fedavg']['median_round_s']:.3f}",
-            f"{row['secagg']['median_round_s']:.3f}",
-            f"{row['secaggplus']['median_round_s']:.3f}",
-            f"{row['secagg']['vs_fedavg']:.2f}",
-            f"{row['secaggplus_vs_secagg']:.2f}",
-            f"{row['secagg']['max_rel_error']:.1e}",
-            f"{row['secaggplus']['max_rel_error']:.1e}",
-        )
-    _out.print(table)
-    prim = Table("N", "L", "client mask ms", "floor ms", "x floor", "server sum ms")
-    for row in [
-        *report["primitives"],
-        report["masking_target"],
-        *report["seed_setting"],
-    ]:
-        prim.add_row(
-            str(row["n_users"]),
-            str(row["length"]),
-            f"{row['client_mask_s'] * 1e3:.2f}",
-            f"{row['floor_mask_s'] * 1e3:.2f}",
-            f"{row['client_mask_vs_floor']:.2f}",
-            f"{row['server_sum_s'] * 1e3:.2f}",
-        )
-    _out.print(prim)
-    seed_bytes = Table("N", "L", "user->server B", "thesis", "server->user B", "thesis")
-    for row in report["table_4_1"]:
-        seed_bytes.add_row(
-            str(row["n_users"]),
-            str(row["length"]),
-            str(row["user_to_server_bytes"]),
-            str(row["thesis_user_to_tally_bytes"]),
-            str(row["server_to_user_bytes"]),
-            str(row["thesis_tally_to_user_bytes"]),
-        )
-    _out.print(seed_bytes)
-    _out.print(f"written: {out}", highlight=False)
-
-
-#: Benchmark command modules, one per capability: each is
-#: ``fedleak.experiments.cli_<name>`` and defines ``register(bench_app, fail)``,
-#: which adds its ``fedleak bench <name> ...`` commands. Heavy imports stay
-#: inside the commands so ``fedleak --help`` stays fast.
-_BENCH_MODULES: tuple[str, ...] = (
-    "property",
-    "membership",
-    "sketches",
-    "dpgm",
-    "mi",
-    "audit",
-)
-
-
-def _register_bench_modules() -> None:
-    from importlib import import_module
-
-    for name in _BENCH_MODULES:
-        try:
-            module = import_module(f"fedleak.experiments.cli_{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"fedleak.experiments.cli_{name}":
-                raise
-            continue
-        module.register(bench_app, _fail)
-
-
-_register_bench_modules()
+def _one_line(err: FedleakError) -> str:
+    return " ".join(line.strip(" -") for line in str(err).splitlines() if line.strip())
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: run the command, report fedleak's errors once."""
     try:
         app()
+    except FedleakError as err:
+        _err.print(
+            f"[bold red]error:[/] {escape(_one_line(err))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         _err.print("interrupted: files already written in the run directory are kept")
         sys.exit(130)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.audit import DIAdversary, posterior_update
-from fedleak.attacks.audit_neighbours import (
+from fedleak.attacks.audit.adversary import DIAdversary, posterior_update
+from fedleak.attacks.audit.neighbours import (
     dissimilarity,
     most_dissimilar_neighbours,
     neighbours_at,
@@ -259,7 +259,7 @@ def test_bench_audit_quick_writes_json_and_plots(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "audit", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1 and doc["bench"] == "audit"
+    assert doc["schema_version"] == 1 and doc["benchmark"] == "audit"
     assert doc["complete"] is True
     assert doc["parameters"]["rho_betas"] == [0.52, 0.75, 0.9, 0.99]
     assert len(doc["rows"]) == 2 * 2 * 2 * 4
@@ -280,14 +280,13 @@ def test_bench_audit_quick_writes_json_and_plots(tmp_path: Path) -> None:
 
 
 def test_bench_audit_rejects_unknown_dataset(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from fedleak.cli import app
+    from cli_process import run_fedleak
 
     out = tmp_path / "audit.json"
-    result = CliRunner().invoke(
-        app, ["bench", "audit", "--quick", "--dataset", "adult", "--out", str(out)]
+    result = run_fedleak(
+        "bench", "audit", "--quick", "--dataset", "adult", "--out", str(out)
     )
-    assert result.exit_code == 2
-    assert "unknown datasets ['adult']" in result.output
+    assert result.returncode == 2
+    assert "unknown datasets ['adult']" in result.stderr
+    assert "Traceback" not in result.stderr
     assert not out.exists()

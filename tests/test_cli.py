@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-FEDLEAK = str(Path(sys.executable).with_name("fedleak"))
-
-
-def fedleak(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # a wide terminal: rich tables wrap names at the caller's width otherwise
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [FEDLEAK, *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env
-    )
+from cli_process import run_fedleak as fedleak
 
 
 def write(tmp_path: Path, text: str) -> Path:

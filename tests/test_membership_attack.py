@@ -1,10 +1,10 @@
-"""Tests of fedleak.attacks.membership (seed 000 Ch. 7.1.3, Table 7.2)."""
+"""Tests of fedleak.attacks.membership.embedding (seed 000 Ch. 7.1.3, Table 7.2)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedleak.attacks.membership import (
+from fedleak.attacks.membership.embedding import (
     EmbeddingMembership,
     changed_rows,
     contribution_scale,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from fedleak.bench.defenses import run_defenses_bench
 from fedleak.cli import app
-from fedleak.experiments.bench_defenses import run_defenses_bench
 
 pytestmark = pytest.mark.slow
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak.data.checkins import checkin_dataset, synthetic_checkins
-from fedleak.data.text import TextDataset
-from fedleak.experiments.bench_membership import (
+from fedleak.bench.membership import (
     MembershipSetup,
     _BatchWalker,
     simulate_membership,
 )
+from fedleak.data.checkins import checkin_dataset, synthetic_checkins
+from fedleak.data.text import TextDataset
 
 torch.set_num_threads(1)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.mi_classifier import (
+from fedleak.attacks.membership.classifier import (
     DPSGDProcedure,
     LocallyRandomizedProcedure,
     LossThresholdAttack,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.mi_generative import (
+from fedleak.attacks.membership.generative import (
     AttackerConfig,
     AuxiliaryKnowledge,
     BlackBoxAttack,
     DiscriminativeAttack,
     white_box_scores,
 )
-from fedleak.attacks.mi_metrics import evaluate_scores
+from fedleak.attacks.membership.metrics import evaluate_scores
 from sklearn.datasets import load_digits
 
 from fedleak.errors import ConfigError

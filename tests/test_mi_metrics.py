@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedleak.attacks.mi_metrics import (
+from fedleak.attacks.membership.metrics import (
     evaluate_scores,
     max_membership_advantage,
     membership_advantage,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.mi_metrics import evaluate_scores, mi_trials
-from fedleak.attacks.mi_montecarlo import (
+from fedleak.attacks.membership.metrics import evaluate_scores, mi_trials
+from fedleak.attacks.membership.montecarlo import (
     ColorHistogramFeatures,
     HOGFeatures,
     MonteCarloAttack,

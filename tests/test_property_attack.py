@@ -1,10 +1,10 @@
-"""Property inference core (fedleak.attacks.property): features, f_prop, scoring, logs."""
+"""Property inference core (fedleak.attacks.property.classifier): features, f_prop, scoring, logs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from fedleak.attacks.property import (
+from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
     ObservationLog,
     PropertyObservations,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_process import run_fedleak
 from typer.testing import CliRunner
 
+from fedleak.bench.property import analyse_run, run_property_bench
 from fedleak.cli import app
 from fedleak.data import find_data_dir
 from fedleak.errors import ConfigError, DataError
-from fedleak.experiments.bench_property import analyse_run, run_property_bench
 from fedleak.experiments.config import load_config
 
 EXPERIMENTS = [
@@ -37,13 +38,12 @@ def test_cli_lists_the_experiments_and_rejects_unknown_ones(tmp_path):
     assert result.exit_code == 0
     # the help's table is cut to the terminal's width, so the list of
     # experiments is checked in the (unwrapped) error message below
-    bad = runner.invoke(
-        app, ["bench", "property", "nope", "--out", str(tmp_path / "x.json")]
-    )
-    assert bad.exit_code == 2
-    assert "unknown property experiment" in bad.output
+    bad = run_fedleak("bench", "property", "nope", "--out", str(tmp_path / "x.json"))
+    assert bad.returncode == 2
+    assert "unknown property experiment" in bad.stderr
+    assert "Traceback" not in bad.stderr
     for name in [*EXPERIMENTS, "text"]:
-        assert repr(name) in bad.output
+        assert repr(name) in bad.stderr
     with pytest.raises(ConfigError, match="two-party"):
         run_property_bench("nope", tmp_path / "x.json")
 

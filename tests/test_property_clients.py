@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.property import gradient_features, load_observations
-from fedleak.attacks.property_gradients import (
+from fedleak.attacks.property.classifier import gradient_features, load_observations
+from fedleak.attacks.property.gradients import (
     PropertyHead,
     derive_averaging_aggregate,
     derive_sgd_aggregate,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedleak.attacks.property import gradient_features
-from fedleak.attacks.property_text import (
+from fedleak.attacks.property.classifier import gradient_features
+from fedleak.attacks.property.text import (
     fortunes_property_task,
     run_text_property_attack,
 )

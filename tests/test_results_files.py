@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from fedleak.experiments.results import write_atomic, write_json_atomic
+from fedleak.files import write_atomic, write_json_atomic
 
 
 def test_json_is_written_whole_and_readable_like_a_plain_file(tmp_path):

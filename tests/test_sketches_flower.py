@@ -73,7 +73,7 @@ def test_recommender_run_with_a_crashed_node_gives_the_survivors_sketch() -> Non
 
 
 def test_bench_quick_writes_json_and_plots(tmp_path) -> None:
-    from fedleak.experiments.bench_sketches import run_sketch_bench
+    from fedleak.bench.sketches import run_sketch_bench
 
     out = tmp_path / "sketches.json"
     run_sketch_bench(out, quick=True)

@@ -140,7 +140,7 @@ def test_bench_ppgf_quick_writes_json_and_plots(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["bench", "ppgf", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1 and doc["bench"] == "ppgf"
+    assert doc["schema_version"] == 1 and doc["benchmark"] == "ppgf"
     assert doc["complete"] is True
     assert doc["setup"]["latent_sensitivity"] > 0
     methods = [r["method"] for r in doc["rows"]]

@@ -30,12 +30,14 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedleak.errors import ConfigError
-from fedleak.task import TaskSpec
+
+if TYPE_CHECKING:  # the task module imports torch: load it when a task is built
+    from fedleak.task import TaskSpec
 
 __all__ = [
     "AdversaryConfig",
@@ -395,6 +397,8 @@ class ExperimentConfig(_Section):
 
     def task(self) -> TaskSpec:
         """Return the :class:`TaskSpec` the clients receive."""
+        from fedleak.task import TaskSpec
+
         d = self.data
         return TaskSpec(
             dataset=d.dataset,

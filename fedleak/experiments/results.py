@@ -39,95 +39,20 @@ the experiment file (same seed, same numbers).
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedleak.files import write_atomic
+
 __all__ = [
     "SCHEMA_VERSION",
-    "append_jsonl",
     "check_results",
     "count_usable_rounds",
     "plot_curves",
-    "write_atomic",
-    "write_figure",
-    "write_json_atomic",
 ]
 
 SCHEMA_VERSION = 1
-
-
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it.
-
-    The temporary file is removed if ``write`` fails, and ``path`` is left as
-    it was.
-    """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
-    )
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        # mkstemp makes the file private (0600); give it the permissions a
-        # plain open() would, so a run's files are readable like any other.
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_figure(
-    path: str | Path, draw: Callable[[Any], None], size: tuple[float, float]
-) -> str:
-    """Draw a figure of ``size`` inches with ``draw(fig)``; save it atomically.
-
-    The PNG (110 dpi) goes to ``path`` through :func:`write_atomic`; the
-    figure is closed even if drawing fails. Returns ``str(path)``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=size)
-    try:
-        draw(fig)
-        fig.tight_layout()
-
-        def write(tmp: Path) -> None:
-            fig.savefig(tmp, format="png", dpi=110)
-
-        write_atomic(path, write)
-    finally:
-        plt.close(fig)
-    return str(path)
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n"
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
-
-    write_atomic(path, write)
-
-
-def append_jsonl(path: str | Path, obj: Mapping[str, Any]) -> None:
-    """Append one JSON line to ``path`` and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(obj) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def plot_curves(

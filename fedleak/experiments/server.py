@@ -33,17 +33,12 @@ from flwr.serverapp.strategy import (
 
 import fedleak
 from fedleak.errors import ConfigError
+from fedleak.files import append_jsonl, write_atomic, write_json_atomic
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
 from fedleak.training import evaluate, set_arrays
 
 from .config import ExperimentConfig
-from .results import (
-    SCHEMA_VERSION,
-    append_jsonl,
-    plot_curves,
-    write_atomic,
-    write_json_atomic,
-)
+from .results import SCHEMA_VERSION, plot_curves
 
 __all__ = [
     "RunRecorder",

@@ -32,56 +32,48 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from collections.abc import Callable
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
+from rich.table import Table
 
-from ..dpgm.components import ComponentKind
-from ..dpgm.kmeans import (
+from fedleak.dpgm.components import ComponentKind
+from fedleak.dpgm.kmeans import (
     clustering_accuracy,
     dp_kmeans,
     kmeans_sigma,
     private_kernel_kmeans,
 )
-from ..dpgm.mwem import mwem
-from ..dpgm.queries import (
+from fedleak.dpgm.mwem import mwem
+from fedleak.dpgm.queries import (
     QueryMode,
     answer_queries,
     group_errors,
     random_item_queries,
     relative_errors,
 )
-from ..dpgm.synthetic import cdr_like, transit_like
-from ..privacy.accounting import (
+from fedleak.dpgm.synthetic import cdr_like, transit_like
+from fedleak.files import write_atomic
+from fedleak.privacy.accounting import (
     epsilon_from_log_moments,
     kmeans_log_moment,
     sgm_epsilon,
     shared_batch_log_moment,
 )
-from .results import write_atomic, write_json_atomic
 
-__all__ = ["SCHEMA_VERSION", "run_dpgm_bench"]
+from .console import out as console
+from .console import say, written
+from .record import BenchRecord
 
-SCHEMA_VERSION = 1
+__all__ = ["command", "run_dpgm_bench"]
+
 Say = Callable[[str], None]
 _WIDE_LAMBDAS = np.arange(1, 1025, dtype=float)
 _MODES: tuple[QueryMode, ...] = ("all", "any")
-
-
-def _versions() -> dict[str, str]:
-    names = ["numpy", "scipy", "scikit-learn", "torch", "opacus", "dp-accounting"]
-    out = {"python": platform.python_version()}
-    for name in names:
-        try:
-            out[name] = version(name)
-        except Exception:  # pragma: no cover - metadata missing
-            out[name] = "unknown"
-    return out
 
 
 # ------------------------------------------------------------------ Fig 5.2
@@ -503,14 +495,10 @@ def run_dpgm_bench(
     torch.set_num_threads(1)
     say = progress or (lambda _text: None)
     started = time.perf_counter()
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": "dpgm",
-        "quick": quick,
-        "seed": seed,
-        "versions": _versions(),
-        "malloc_tuned": os.environ.get("MALLOC_MMAP_MAX_") == "0",
-    }
+    report = BenchRecord("dpgm", Path(out))
+    report["quick"] = quick
+    report["seed"] = seed
+    report["malloc_tuned"] = os.environ.get("MALLOC_MMAP_MAX_") == "0"
     say("fig 5.2: epsilon vs epochs")
     report["fig_5_2"] = _fig_5_2(quick)
     say("fig 5.3: clustering accuracy")
@@ -569,6 +557,58 @@ def run_dpgm_bench(
         ],
     }
     report["wall_s_total"] = time.perf_counter() - started
-    report["plots"] = _plot(out, report, grids)
-    write_json_atomic(out, report)
-    return report
+    report["plots"] = _plot(out, report.body, grids)
+    return report.write()
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-dpgm.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI-sized settings (a few minutes).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of every section.")] = 0,
+) -> None:
+    """DPGM figure analogues: epsilon, clustering, counting queries, samples.
+
+    Tip: run with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 in
+    the environment; DP-SGD's per-sample work is faster with it.
+    """
+    report = run_dpgm_bench(
+        out,
+        quick=quick,
+        seed=seed,
+        progress=say,
+    )
+    f53 = report["fig_5_3"]
+    table = Table(f"ACC ({f53['dataset']})", *(f"eps={e:g}" for e in f53["epsilons"]))
+    for d, acc in f53["accuracy"]["kernel_rff"].items():
+        table.add_row(f"kernel k-means d={d}", *(f"{a:.3f}" for a in acc))
+    table.add_row(
+        "standard DP k-means",
+        *(f"{a:.3f}" for a in f53["accuracy"]["standard_dp_kmeans"]),
+    )
+    console.print(table)
+    for key in ("fig_5_5", "fig_5_6"):
+        section = report[key]
+        queries = Table(
+            f"{section['label']} rel. error", "mode", "DPGM", "MWEM", "DPGM/MWEM"
+        )
+        for run_key, run in section["dpgm"]["runs"].items():
+            eps = run_key.split("eps=")[1]
+            peer = section["mwem"]["runs"][eps]
+            for mode in ("all", "any"):
+                if mode not in run:
+                    queries.add_row(run_key, mode, "refused", "", "")
+                    continue
+                queries.add_row(
+                    run_key,
+                    mode,
+                    f"{run[mode]['mean']:.4f}",
+                    f"{peer[mode]['mean']:.4f}",
+                    f"{run[mode]['ratio_to_mwem']:.2f}",
+                )
+        console.print(queries)
+    console.print(f"acceptance: {report['acceptance']}", highlight=False)
+    written(out)

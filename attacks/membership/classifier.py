@@ -47,7 +47,7 @@ from torch import nn
 from fedleak.errors import ConfigError, DataError
 from fedleak.training import evaluate, train_epochs
 
-from .mi_metrics import membership_advantage, precision_recall
+from .metrics import membership_advantage, precision_recall
 
 __all__ = [
     "AttackEvaluation",

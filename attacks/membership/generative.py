@@ -22,7 +22,7 @@ Black-box with limited auxiliary knowledge (Ch. 6.1.4)
     discriminator learns target samples (scenario 2: plus known training
     records) as real against known test records as fake.
 
-All attacks return membership scores for :mod:`fedleak.attacks.mi_metrics`.
+All attacks return membership scores for :mod:`fedleak.attacks.membership.metrics`.
 """
 
 from __future__ import annotations

@@ -31,16 +31,17 @@ Experiments (thesis figure in brackets):
 ``text``
     the Yelp analogue on Debian's fortunes (Table 7.4, Figs. 7.4(b) and
     7.7(b)): embedding-gradient bags of words, logistic regression, the top
-    words per property (:mod:`fedleak.attacks.property_text`, in-process).
+    words per property (:mod:`fedleak.attacks.property.text`, in-process).
 
 The thesis trains for 1,000-3,000 iterations; on a 2-core CPU the runs are
 scaled down (``scale`` in the JSON records rounds used vs the thesis').
 
-JSON schema (``schema_version`` 1)::
+JSON record::
 
-    {"schema_version": 1, "experiment": str, "quick": bool, "seed": int,
+    {...the common header (fedleak.bench.record)...,
+     "experiment": str, "quick": bool, "seed": int,
      "config_file": str, "scale": {"rounds": int, "thesis_iterations": int,
-     "factor": float}, "versions": {...}, "machine": {...},
+     "factor": float},
      "runs": [{"label": str, "params": {...}, "auc": float|null,
                "dataset_score": float, "wall_s": float,
                "test_accuracy": float|null,
@@ -52,22 +53,20 @@ JSON schema (``schema_version`` 1)::
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import numpy as np
+import typer
+from rich.table import Table
 
-import fedleak
-from fedleak.attacks.property import (
+from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
     dataset_score,
     load_observations,
@@ -75,20 +74,21 @@ from fedleak.attacks.property import (
     single_batch_auc,
 )
 from fedleak.errors import ConfigError, DataError
+from fedleak.experiments.config import ExperimentConfig, load_config
+from fedleak.files import write_figure
 
-from .config import ExperimentConfig, load_config
-from .results import write_figure, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = [
     "EXPERIMENTS",
     "NORMALIZED_EXPERIMENTS",
-    "SCHEMA_VERSION",
     "analyse_run",
+    "command",
     "load_truth",
     "run_property_bench",
 ]
-
-SCHEMA_VERSION: Final = 1
 
 #: Experiments whose classifier sees unit-norm features: under model
 #: averaging the number of updates in the observed aggregate differs from the
@@ -220,7 +220,7 @@ def _run(
     secagg: bool = False,
 ) -> dict[str, Any]:
     """Run one simulation and analyse it; return the JSON row."""
-    from .runner import run_experiment
+    from fedleak.experiments.runner import run_experiment
 
     extra = [f"seed={s.seed}"]
     if s.rounds is not None:
@@ -566,7 +566,7 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
 
 
 def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    from fedleak.attacks.property_text import (
+    from fedleak.attacks.property.text import (
         fortunes_property_task,
         run_text_property_attack,
     )
@@ -801,39 +801,92 @@ def run_property_bench(
     started = time.perf_counter()
     rows, summary, plots = EXPERIMENTS[experiment](settings)
     wall = time.perf_counter() - started
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "experiment": experiment,
-        "quick": quick,
-        "seed": seed,
-        "config_file": None if config_file is None else str(config_file),
-        "scale": {
-            "rounds": used_rounds,
-            "thesis_iterations": _THESIS_ITERATIONS[experiment],
-            "factor": used_rounds / _THESIS_ITERATIONS[experiment],
-        },
-        "classifier": {
-            "kind": "random-forest",
-            "n_estimators": 50,
-            "normalize": experiment in NORMALIZED_EXPERIMENTS,
-        },
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "flwr": version("flwr"),
-            "torch": version("torch"),
-            "numpy": np.__version__,
-            "scikit-learn": version("scikit-learn"),
-        },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "runs": rows,
-        "summary": summary,
-        "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
-        "plots": [Path(p).name for p in plots],  # next to the JSON
-        "wall_s": wall,
-    }
-    write_json_atomic(out, report)
-    return report
+    return BenchRecord("property", out).write(
+        {
+            "experiment": experiment,
+            "quick": quick,
+            "seed": seed,
+            "config_file": None if config_file is None else str(config_file),
+            "scale": {
+                "rounds": used_rounds,
+                "thesis_iterations": _THESIS_ITERATIONS[experiment],
+                "factor": used_rounds / _THESIS_ITERATIONS[experiment],
+            },
+            "classifier": {
+                "kind": "random-forest",
+                "n_estimators": 50,
+                "normalize": experiment in NORMALIZED_EXPERIMENTS,
+            },
+            "runs": rows,
+            "summary": summary,
+            "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
+            "plots": [Path(p).name for p in plots],  # next to the JSON
+            "wall_s": wall,
+        }
+    )
+
+
+def command(
+    experiment: Annotated[
+        str,
+        typer.Argument(help="Experiment: " + ", ".join(EXPERIMENTS) + "."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-property.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI-sized: few rounds and points.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    rounds: Annotated[
+        int | None, typer.Option(help="Override the rounds of every run.")
+    ] = None,
+    trials: Annotated[
+        int | None,
+        typer.Option(help="model-averaging: trials per arm (thesis: 8)."),
+    ] = None,
+    secagg: Annotated[
+        bool | None,
+        typer.Option(
+            "--secagg/--no-secagg",
+            help="Also run under secure aggregation (default: two-party only).",
+        ),
+    ] = None,
+    properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            help="two-party: watermark, inverted or blurred (repeatable).",
+        ),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Property inference against Flower clients: AUC, scores and plots."""
+    report = run_property_bench(
+        experiment,
+        out,
+        quick=quick,
+        seed=seed,
+        rounds=rounds,
+        trials=trials,
+        secagg=secagg,
+        properties=properties or (),
+        verbose=verbose,
+        progress=say,
+    )
+    table = Table("run", "rounds", "K", "AUC", "mean score", "test acc", "wall s")
+    for row in report["runs"]:
+        table.add_row(
+            row["label"],
+            str(row["rounds"]),
+            str(row["num_clients"]),
+            fmt(row["auc"]),
+            fmt(row["dataset_score"]),
+            fmt(row["test_accuracy"]),
+            f"{row['wall_s']:.1f}",
+        )
+    console.print(table)
+    console.print(f"summary: {report['summary']}", highlight=False)
+    for plot in report["plots"]:
+        console.print(f"written: {out.with_name(plot)}", highlight=False)
+    written(out)

@@ -23,28 +23,29 @@ Compared:
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
+from rich.table import Table
 
-import fedleak
 from fedleak.clients import make_honest_client_app, secagg_mod
+from fedleak.errors import ConfigError, FedleakError
+from fedleak.experiments.config import ExperimentConfig, validate
+from fedleak.experiments.runner import preflight, quiet_flower
+from fedleak.experiments.server import initial_arrays
 from fedleak.strategies import ModelAveraging, SyncSGD
 
-from .config import ExperimentConfig, validate
-from .results import write_json_atomic
-from .runner import preflight, quiet_flower
-from .server import initial_arrays
+from .console import out as console
+from .console import written
+from .record import BenchRecord
 
-__all__ = ["run_strategy_bench"]
+__all__ = ["command", "run_strategy_bench"]
 
 
 class _RoundTimer:
@@ -113,7 +114,7 @@ def run_strategy_bench(
         "bench-strategies",
     )
     if rounds < 2 or blocks < 1:
-        raise fedleak.ConfigError("bench needs rounds >= 2 and blocks >= 1")
+        raise ConfigError("bench needs rounds >= 2 and blocks >= 1")
     preflight(config)
     with quiet_flower(verbose):
         strategies = _strategies(config)
@@ -157,31 +158,60 @@ def run_strategy_bench(
         if t.seconds
     }
     if "fedavg" not in results:
-        raise fedleak.FedleakError("the benchmark recorded no FedAvg round")
+        raise FedleakError("the benchmark recorded no FedAvg round")
     base = results["fedavg"]["median_round_s"]
-    report: dict[str, Any] = {
-        "benchmark": "strategies",
-        "description": __doc__,
-        "settings": {
-            "clients": clients,
-            "rounds_per_block": rounds,
-            "blocks": blocks,
-            "dataset": dataset,
-            "model": config.model.name,
-            "batch_size": config.client.batch_size,
-            "dropped": "round 1 of every start() call",
-        },
-        "strategies": results,
-        "ratios_vs_fedavg": {
-            name: stats["median_round_s"] / base for name, stats in results.items()
-        },
-        "wall_s": time.perf_counter() - started,
-        "versions": {"fedleak": fedleak.__version__, "flwr": version("flwr")},
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        },
-    }
-    write_json_atomic(out, report)
-    return report
+    record = BenchRecord("strategies", Path(out))
+    return record.write(
+        {
+            "description": __doc__,
+            "settings": {
+                "clients": clients,
+                "rounds_per_block": rounds,
+                "blocks": blocks,
+                "dataset": dataset,
+                "model": config.model.name,
+                "batch_size": config.client.batch_size,
+                "dropped": "round 1 of every start() call",
+            },
+            "strategies": results,
+            "ratios_vs_fedavg": {
+                name: stats["median_round_s"] / base for name, stats in results.items()
+            },
+            "wall_s": time.perf_counter() - started,
+        }
+    )
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-strategies.json"
+    ),
+    clients: Annotated[int, typer.Option(help="Simulated clients.")] = 10,
+    rounds: Annotated[int, typer.Option(help="Rounds per strategy per block.")] = 10,
+    blocks: Annotated[
+        int, typer.Option(help="Blocks (each runs every strategy once, rotated).")
+    ] = 3,
+    dataset: Annotated[
+        str, typer.Option(help="digits, fashion-mnist or mnist.")
+    ] = "digits",
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Time rounds of SyncSGD and ModelAveraging vs Flower's FedAvg, same simulation."""
+    report = run_strategy_bench(
+        out,
+        clients=clients,
+        rounds=rounds,
+        blocks=blocks,
+        dataset=dataset,
+        verbose=verbose,
+    )
+    table = Table("strategy", "median round (s)", "x FedAvg", "rounds timed")
+    for name, stats in report["strategies"].items():
+        table.add_row(
+            name,
+            f"{stats['median_round_s']:.4f}",
+            f"{report['ratios_vs_fedavg'][name]:.2f}",
+            str(len(stats["round_s"])),
+        )
+    console.print(table)
+    written(out)

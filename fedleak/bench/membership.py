@@ -24,7 +24,7 @@ Settings (defaults; ``--quick`` shrinks them):
     the Yelp-health column.
 
 The same simulation (:func:`simulate_membership`) runs the defenses of
-Ch. 7.3 in :mod:`fedleak.experiments.bench_defenses`. The Flower path (the
+Ch. 7.3 in :mod:`fedleak.bench.defenses`. The Flower path (the
 :class:`fedleak.clients.membership.EmbeddingMembershipAdversary` ClientApp in
 a simulated federation) gives the same decisions; its end-to-end test checks
 recall 1.0 there.
@@ -34,20 +34,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+import typer
+from rich.table import Table
 
-import fedleak
-from fedleak.attacks.membership import EmbeddingMembership, MembershipScores
+from fedleak.attacks.membership.embedding import EmbeddingMembership, MembershipScores
 from fedleak.clients.defenses import (
     EMBEDDING_KEY,
     ClientDefenses,
@@ -58,10 +56,13 @@ from fedleak.clients.defenses import (
 from fedleak.data.checkins import checkin_dataset, synthetic_checkins
 from fedleak.data.text import TextDataset, fortunes_dataset
 from fedleak.errors import ConfigError
+from fedleak.files import write_atomic
 from fedleak.models import build_text_model
 from fedleak.training import batch_gradient, evaluate, get_arrays, set_arrays
 
-from .results import SCHEMA_VERSION, write_atomic, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = [
     "DATASETS",
@@ -577,8 +578,6 @@ def run_membership_bench(
     out_path = Path(out)
     plot_path = out_path.with_name(out_path.stem + "-precision.png")
     report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": "membership",
         "description": __doc__,
         "quick": quick,
         "seed": seed,
@@ -596,18 +595,56 @@ def run_membership_bench(
         },
         "plots": [plot_path.name],
         "wall_s": time.perf_counter() - started,
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "flwr": version("flwr"),
-        },
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
     }
     _plot(plot_path, rows)
-    write_json_atomic(out_path, report)
-    return report
+    return BenchRecord("membership", out_path).write(report)
 
 
 def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
     return all(b <= a + slack for a, b in itertools.pairwise(values))
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-membership.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI-sized data and batch sizes.")
+    ] = False,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option("--dataset", help="checkins and/or fortunes (repeatable)."),
+    ] = None,
+    batch_size: Annotated[
+        list[int] | None,
+        typer.Option("--batch-size", help="Batch sizes (repeatable)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+) -> None:
+    """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""
+    report = run_membership_bench(
+        out,
+        datasets=tuple(dataset) if dataset else DATASETS,
+        batch_sizes=batch_size,
+        quick=quick,
+        seed=seed,
+        progress=say,
+    )
+    table = Table("dataset", "batch", "precision", "recall", "|V_t|", "rounds", "s")
+    for row in report["rows"]:
+        table.add_row(
+            row["dataset"],
+            str(row["batch_size"]),
+            fmt(row["precision"]),
+            fmt(row["recall"]),
+            f"{row['mean_bag_size']:.0f}",
+            str(row["rounds"]),
+            f"{row['wall_s']:.1f}",
+        )
+    console.print(table)
+    console.print(
+        f"recall always 1: {report['recall_always_one']}; precision falls "
+        f"with the batch: {report['precision_falls_with_batch']}",
+        highlight=False,
+    )
+    written(out)

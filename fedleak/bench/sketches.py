@@ -36,25 +36,24 @@ PNG plots go next to the JSON: ``FILE-<plot>.png``.
 from __future__ import annotations
 
 import math
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
+from rich.table import Table
 
-import fedleak
 from fedleak.errors import ConfigError
+from fedleak.files import write_atomic
 
-from .results import write_atomic, write_json_atomic
+from .console import out as console
+from .console import say, written
+from .record import BenchRecord
 
-__all__ = ["run_sketch_bench"]
-
-SCHEMA_VERSION = 1
+__all__ = ["command", "run_sketch_bench"]
 
 #: Seed 000 Table 4.1 (700 programs): users, sketch size L, bytes tally -> user,
 #: bytes user -> tally.
@@ -67,13 +66,6 @@ THESIS_TABLE_4_1 = (
 )
 
 Say = Callable[[str], None]
-
-
-def _version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 def _zipf_items(n: int, universe: int, exponent: float, seed: int) -> np.ndarray:
@@ -710,13 +702,8 @@ def run_sketch_bench(
         }
     )
     started = time.perf_counter()
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": "sketches",
-        "quick": quick,
-        "seed": seed,
-        "settings": settings,
-    }
+    report = BenchRecord("sketches", Path(out))
+    report.update({"quick": quick, "seed": seed, "settings": settings})
     walls: dict[str, float] = {}
 
     def timed(name: str, fn: Callable[[], dict[str, Any]]) -> None:
@@ -755,14 +742,93 @@ def run_sketch_bench(
         ),
     )
     report["wall_s"] = {**walls, "total": time.perf_counter() - started}
-    report["versions"] = {
-        "fedleak": fedleak.__version__,
-        "numpy": np.__version__,
-        "datasketches": _version("datasketches"),
-        "coincurve": _version("coincurve"),
-    }
-    report["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count()}
     say("plots")
-    report["plots"] = _plot(report, out)
-    write_json_atomic(out, report)
-    return report
+    report["plots"] = _plot(report.body, out)
+    return report.write()
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-sketches.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI-sized settings (about a minute).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of every section.")] = 0,
+) -> None:
+    """Count-Min vs DataSketches, private recommender, heat maps, private median."""
+    report = run_sketch_bench(
+        out,
+        quick=quick,
+        seed=seed,
+        progress=say,
+    )
+    tp = report["throughput"]
+    table = Table(
+        "Count-Min (d=5, w=272, 10^6 Zipf items)",
+        "fedleak",
+        "DataSketches",
+        "ratio (median paired)",
+        "ratio (best/best)",
+    )
+    for op in ("update", "query"):
+        table.add_row(
+            f"{op} M items/s",
+            f"{tp[f'fedleak_{op}_items_per_s'] / 1e6:.1f}",
+            f"{tp[f'datasketches_{op}_items_per_s'] / 1e6:.1f}",
+            f"{tp[f'{op}_ratio']:.2f}x",
+            f"{tp[f'{op}_ratio_best']:.2f}x",
+        )
+    console.print(table)
+    rec = report["recommender"]
+    fig = Table(
+        "users", *(f"avg error eps={e}" for e in rec["fig_4_5b"]["average_error"])
+    )
+    for i, n in enumerate(rec["fig_4_5b"]["users"]):
+        fig.add_row(
+            f"{n:,}",
+            *(f"{v[i]:.2e}" for v in rec["fig_4_5b"]["average_error"].values()),
+        )
+    console.print(fig)
+    knn = rec["itemknn"]["top10_overlap_with_exact"]
+    console.print(
+        "ItemKNN top-10 overlap with exact counts: "
+        + ", ".join(f"{name} {value:.2f}" for name, value in knn.items()),
+        highlight=False,
+    )
+    bytes_table = Table(
+        "N", "L", "user->tally B", "thesis", "tally->user B", "thesis", "exact"
+    )
+    for row in rec["table_4_1"]:
+        bytes_table.add_row(
+            str(row["n_users"]),
+            str(row["sketch_size"]),
+            str(row["user_to_tally_bytes"]),
+            str(row["thesis_user_to_tally_bytes"]),
+            str(row["tally_to_user_bytes"]),
+            str(row["thesis_tally_to_user_bytes"]),
+            str(row["masked_equals_plain"]),
+        )
+    console.print(bytes_table)
+    med = report["median"]
+    size = Table("CS eps=delta", "d x w", "size %", "median error %")
+    for row in med["fig_4_10"]:
+        size.add_row(
+            f"{row['epsilon_delta']:g}",
+            f"{row['depth']} x {row['width']}",
+            f"{100 * row['size_overhead']:.1f}",
+            f"{100 * row['mean_relative_error']:.1f} "
+            f"+- {100 * row['std_relative_error']:.1f}",
+        )
+    console.print(size)
+    enc = med["encrypted_run"]
+    console.print(
+        f"EC-ElGamal ({enc['backend']}), {enc['sketch_cells']} cells: encrypt "
+        f"{enc['encrypt_per_sketch_s'] * 1e3:.1f} ms, online "
+        f"{enc['online_encrypt_per_sketch_s'] * 1e3:.2f} ms, aggregate "
+        f"{enc['aggregate_per_sketch_s'] * 1e3:.2f} ms per sketch; median "
+        f"{enc['median']} (true {enc['true_median']}) in {enc['decryptions']} "
+        "decryptions",
+        highlight=False,
+    )
+    written(out)

@@ -30,18 +30,18 @@ tally (2017, JavaScript).
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
+from rich.table import Table
 
-import fedleak
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, FedleakError
+from fedleak.experiments.runner import quiet_flower
 from fedleak.secagg import (
     FixedPoint,
     GroupTally,
@@ -53,10 +53,18 @@ from fedleak.secagg import (
     secure_sum,
 )
 
-from .results import write_json_atomic
-from .runner import quiet_flower
+from .console import out as console
+from .console import say as print_progress
+from .console import written
+from .record import BenchRecord
 
-__all__ = ["bytes_table", "client_vector", "measure_primitives", "run_secagg_bench"]
+__all__ = [
+    "bytes_table",
+    "client_vector",
+    "command",
+    "measure_primitives",
+    "run_secagg_bench",
+]
 
 #: Seed 000 Table 4.1 (700 programs): users, sketch size L, bytes tally->user,
 #: bytes user->tally.
@@ -337,7 +345,7 @@ def _federated(
     out: dict[str, Any] = {}
     for name, rec in records.items():
         if not rec["round_s"]:
-            raise fedleak.FedleakError(f"the benchmark recorded no round of {name}")
+            raise FedleakError(f"the benchmark recorded no round of {name}")
         out[name] = {
             "median_round_s": statistics.median(rec["round_s"]),
             "round_s": rec["round_s"],
@@ -371,19 +379,21 @@ def run_secagg_bench(
         )
     say = progress or (lambda _: None)
     started = time.perf_counter()
-    report: dict[str, Any] = {
-        "benchmark": "secagg",
-        "description": __doc__,
-        "settings": {
-            "clients": list(clients),
-            "lengths": list(lengths),
-            "rounds": rounds,
-            "blocks": blocks,
-        },
-        "federated": [],
-        "primitives": [],
-        "seed_setting": [],
-    }
+    report = BenchRecord("secagg", Path(out))
+    report.update(
+        {
+            "description": __doc__,
+            "settings": {
+                "clients": list(clients),
+                "lengths": list(lengths),
+                "rounds": rounds,
+                "blocks": blocks,
+            },
+            "federated": [],
+            "primitives": [],
+            "seed_setting": [],
+        }
+    )
     for n in clients:
         for length in lengths:
             say(f"federated N={n} L={length}")
@@ -407,7 +417,81 @@ def run_secagg_bench(
         measured["thesis_server_s"] = 0.078 if n == 100 else 0.78 if n == 1000 else None
         report["seed_setting"].append(measured)
     report["wall_s"] = time.perf_counter() - started
-    report["versions"] = {"fedleak": fedleak.__version__, "flwr": version("flwr")}
-    report["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count()}
-    write_json_atomic(out, report)
-    return report
+    return report.write()
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-secagg.json"
+    ),
+    clients: Annotated[
+        list[int] | None, typer.Option("--clients", help="N values (repeatable).")
+    ] = None,
+    lengths: Annotated[
+        list[int] | None, typer.Option("--length", help="L values (repeatable).")
+    ] = None,
+    rounds: Annotated[int, typer.Option(help="Rounds per method per block.")] = 4,
+    blocks: Annotated[int, typer.Option(help="Blocks, methods rotated.")] = 2,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Secure aggregation vs FedAvg and Flower's SecAgg+, plus the primitives' floor."""
+    report = run_secagg_bench(
+        out,
+        clients=clients or (10, 30),
+        lengths=lengths or (100_000, 1_000_000),
+        rounds=rounds,
+        blocks=blocks,
+        verbose=verbose,
+        progress=print_progress,
+    )
+    table = Table(
+        "N",
+        "L",
+        "FedAvg s",
+        "SA s",
+        "SecAgg+ s",
+        "SA/FedAvg",
+        "SecAgg+/SA",
+        "SA rel err",
+        "SecAgg+ rel err",
+    )
+    for row in report["federated"]:
+        table.add_row(
+            str(row["n_clients"]),
+            str(row["length"]),
+            f"{row['fedavg']['median_round_s']:.3f}",
+            f"{row['secagg']['median_round_s']:.3f}",
+            f"{row['secaggplus']['median_round_s']:.3f}",
+            f"{row['secagg']['vs_fedavg']:.2f}",
+            f"{row['secaggplus_vs_secagg']:.2f}",
+            f"{row['secagg']['max_rel_error']:.1e}",
+            f"{row['secaggplus']['max_rel_error']:.1e}",
+        )
+    console.print(table)
+    prim = Table("N", "L", "client mask ms", "floor ms", "x floor", "server sum ms")
+    for row in [
+        *report["primitives"],
+        report["masking_target"],
+        *report["seed_setting"],
+    ]:
+        prim.add_row(
+            str(row["n_users"]),
+            str(row["length"]),
+            f"{row['client_mask_s'] * 1e3:.2f}",
+            f"{row['floor_mask_s'] * 1e3:.2f}",
+            f"{row['client_mask_vs_floor']:.2f}",
+            f"{row['server_sum_s'] * 1e3:.2f}",
+        )
+    console.print(prim)
+    seed_bytes = Table("N", "L", "user->server B", "thesis", "server->user B", "thesis")
+    for row in report["table_4_1"]:
+        seed_bytes.add_row(
+            str(row["n_users"]),
+            str(row["length"]),
+            str(row["user_to_server_bytes"]),
+            str(row["thesis_user_to_tally_bytes"]),
+            str(row["server_to_user_bytes"]),
+            str(row["thesis_tally_to_user_bytes"]),
+        )
+    console.print(seed_bytes)
+    written(out)

@@ -2,7 +2,7 @@
 
 :class:`DIAdversary` is seed 002's Algorithm 1: the strongest adversary DP
 protects against. It knows the training set ``D`` and its neighbour ``D'``
-(:class:`~fedleak.attacks.audit_neighbours.Neighbours`), the architecture, the
+(:class:`~fedleak.attacks.audit.neighbours.Neighbours`), the architecture, the
 initial weights, the learning rate, the clipping norm and the noise scale,
 and sees every perturbed batch gradient of full-batch DP-SGD. At each step it
 
@@ -32,7 +32,7 @@ reports (Section 5.2, 5.3):
   and its RDP-composition version),
 * the advantage of the loss-threshold membership adversary of Yeom et al. on
   the same trained models (seed 002 Section 6.3), for comparison
-  (:class:`fedleak.attacks.mi_classifier.LossThresholdAttack`).
+  (:class:`fedleak.attacks.membership.classifier.LossThresholdAttack`).
 
 Noise calibration and accounting come from :mod:`fedleak.privacy`; the
 instrumented DP-SGD step is written here because the audit must see every
@@ -65,7 +65,7 @@ from fedleak.privacy.identifiability import (
     posterior_tail_epsilon,
 )
 
-from .audit_neighbours import Neighbours
+from .neighbours import Neighbours
 
 __all__ = [
     "AuditReport",
@@ -468,7 +468,8 @@ class DIAdversary:
 
         The adversary knows the final model and the records ``D`` and ``D'``
         share; it calls the differing record a member when its loss is below
-        their average loss (:class:`fedleak.attacks.mi_classifier.LossThresholdAttack`
+        their average loss
+        (:class:`fedleak.attacks.membership.classifier.LossThresholdAttack`
         calibrated on them; the same rule on the squared error for ``mse``).
         """
         idx = self.neighbours.index
@@ -479,7 +480,10 @@ class DIAdversary:
             losses = (out.reshape(out.shape[0], -1) - y).double().pow(2).numpy()
             threshold = losses[:, :n][:, shared].mean(axis=1)
             return losses[:, idx] <= threshold, losses[:, idx]
-        from .mi_classifier import LossThresholdAttack, loss_scores
+        from fedleak.attacks.membership.classifier import (
+            LossThresholdAttack,
+            loss_scores,
+        )
 
         probs = torch.softmax(out.double(), dim=-1).numpy()
         labels = y.numpy()

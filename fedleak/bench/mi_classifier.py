@@ -35,21 +35,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+import typer
+from rich.table import Table
 from torch import nn
 
-import fedleak
-from fedleak.attacks.mi_classifier import (
+from fedleak.attacks.membership.classifier import (
     DPSGDProcedure,
     LocallyRandomizedProcedure,
     LossThresholdAttack,
@@ -61,9 +59,12 @@ from fedleak.attacks.mi_classifier import (
 )
 from fedleak.data import load_dataset
 from fedleak.errors import ConfigError, DataError
+from fedleak.files import write_atomic
 from fedleak.privacy.ldp import laplace_pixelization, randomized_response
 
-from .results import write_atomic, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = [
     "DATASETS",
@@ -74,7 +75,6 @@ __all__ = [
     "skewed_purchases",
 ]
 
-SCHEMA_VERSION = 1
 DATASETS: tuple[str, ...] = ("digits", "fashion-mnist", "skewed-purchases")
 
 
@@ -469,8 +469,6 @@ def run_mi_classifier_bench(
     wall = time.perf_counter() - started
     plots = [_plot(out.with_name(f"{out.stem}-ldp-cdp.png"), rows)]
     report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "bench": "mi-classifier",
         "quick": quick,
         "seed": seed,
         "settings": asdict(s),
@@ -484,25 +482,58 @@ def run_mi_classifier_bench(
             if split.image_shape is None
             else "laplace-pixelization",
         },
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": version("torch"),
-            "opacus": version("opacus"),
-            "dp-accounting": version("dp-accounting"),
-            "numpy": np.__version__,
-            "scikit-learn": version("scikit-learn"),
-        },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "torch_threads": torch.get_num_threads(),
         "points": rows,
         "trends": trends,
         "median_wall_s_per_point": float(np.median([r["wall_s"] for r in rows])),
         "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
-    write_json_atomic(out, report)
-    return report
+    return BenchRecord("mi-classifier", out).write(report)
+
+
+def _classifier_table(report: dict[str, Any]) -> Table:
+    table = Table(
+        "DP", "param", "eps", "test acc", "prec", "rec", "AUC", "loss AUC", "phi",
+        title="Shadow-model attack: LDP vs CDP (phi: Eq. 4.2 on precision)",
+    )  # fmt: skip
+    for row in report["points"]:
+        table.add_row(
+            "none" if row["setting"] == "original" else row["setting"],
+            fmt(row["parameter"]),
+            fmt(row["epsilon"]),
+            fmt(row["test_accuracy"]),
+            fmt(row["precision"]),
+            fmt(row["recall"]),
+            fmt(row["auc"]),
+            fmt(row["loss_threshold_auc"]),
+            fmt(row["phi_precision"]),
+        )
+    return table
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-mi-classifier.json"
+    ),
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", help="CI-sized: synthetic carts, few shadows and points."
+        ),
+    ] = False,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="skewed-purchases, digits or fashion-mnist (default: by --quick)."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+) -> None:
+    """Shadow-model and loss-threshold MI on classifiers: LDP vs CDP."""
+    report = run_mi_classifier_bench(
+        out, quick=quick, dataset=dataset, seed=seed, progress=say
+    )
+    console.print(_classifier_table(report))
+    console.print(f"wall time: {report['wall_s']:.1f} s", highlight=False)
+    written(out, report["plots"])

@@ -23,7 +23,7 @@ others, the training data split evenly -- and the passive adversary of
 Ch. 7.1.4 (Alg. 7): it derives the others' summed gradient from consecutive
 models, labels gradients of its own batches with and without the property,
 and scores every observed round. The image experiments run through Flower
-(:mod:`fedleak.experiments.bench_property`); fedleak's Flower task carries
+(:mod:`fedleak.bench.property`); fedleak's Flower task carries
 image datasets only, so the text experiment runs the same protocol here.
 """
 
@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from fedleak.attacks.property import (
+from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
     gradient_features,
     single_batch_auc,
 )
-from fedleak.attacks.property_gradients import derive_sgd_aggregate
+from fedleak.attacks.property.gradients import derive_sgd_aggregate
 
 from fedleak.errors import ConfigError, DataError
 

@@ -34,28 +34,26 @@ JSON as ``<stem>-<plot>.png``.
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+import typer
+from rich.table import Table
 
-import fedleak
-from fedleak.attacks.mi_generative import (
+from fedleak.attacks.membership.generative import (
     AttackerConfig,
     AuxiliaryKnowledge,
     BlackBoxAttack,
     DiscriminativeAttack,
     white_box_scores,
 )
-from fedleak.attacks.mi_metrics import mi_trials, top_n_accuracy
-from fedleak.attacks.mi_montecarlo import (
+from fedleak.attacks.membership.metrics import mi_trials, top_n_accuracy
+from fedleak.attacks.membership.montecarlo import (
     MonteCarloAttack,
     make_feature_map,
     pairwise_distances,
@@ -63,6 +61,7 @@ from fedleak.attacks.mi_montecarlo import (
 )
 from fedleak.data import load_dataset
 from fedleak.errors import ConfigError
+from fedleak.files import write_figure
 from fedleak.generative import (
     VAE,
     DCGANDiscriminator,
@@ -72,7 +71,9 @@ from fedleak.generative import (
     train_vae,
 )
 
-from .results import write_figure, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = [
     "CPU",
@@ -84,7 +85,6 @@ __all__ = [
     "run_mi_generative_bench",
 ]
 
-SCHEMA_VERSION = 1
 PARTS: tuple[str, ...] = ("black-box", "auxiliary", "monte-carlo")
 """The optional parts of a run (the white-box curve is always measured)."""
 
@@ -896,8 +896,6 @@ def run_mi_generative_bench(
         attacker_samples,
     )
     report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "bench": "mi-generative",
         "quick": quick,
         "scale": None
         if settings is not None
@@ -912,19 +910,7 @@ def run_mi_generative_bench(
             "members": data.num_members,
             "random_guess": data.num_members / data.pool.shape[0],
         },
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": version("torch"),
-            "numpy": np.__version__,
-            "scikit-learn": version("scikit-learn"),
-            "scikit-image": version("scikit-image"),
-        },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "torch_threads": torch.get_num_threads(),
         "white_box": white_runs,
         "parts": ["white-box", *chosen],
         "black_box": black_box,
@@ -942,5 +928,118 @@ def run_mi_generative_bench(
         "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
-    write_json_atomic(out, report)
-    return report
+    return BenchRecord("mi-generative", out).write(report)
+
+
+def _generative_tables(report: dict[str, Any]) -> list[Table]:
+    attacks = Table(
+        "attack", "target", "top-n acc", "chance", "lift", "single MI", "set MI",
+        title="Top-n accuracy over the pool; single/set MI on M vs M records",
+    )  # fmt: skip
+    for run in report["white_box"]:
+        kind = "conditional DCGAN" if run["conditional"] else "DCGAN"
+        attacks.add_row(
+            "white-box",
+            kind,
+            fmt(run["final_accuracy"]),
+            fmt(run["baseline"]),
+            fmt(run["lift"]),
+            fmt(run["single_accuracy"]),
+            fmt(run["set_accuracy"]),
+        )
+    for run in report["black_box"] or []:
+        attacks.add_row(
+            "black-box",
+            run["target"],
+            fmt(run["final_accuracy"]),
+            fmt(run["baseline"]),
+            fmt(run["lift"]),
+            fmt(run["single_accuracy"]),
+            fmt(run["set_accuracy"]),
+        )
+    for run in report["auxiliary"]:
+        attacks.add_row(
+            f"{run['setting'][:4]}. {run['scenario']} d={run['delay_steps']}",
+            "DCGAN",
+            fmt(run["final_accuracy"]),
+            fmt(run["baseline"]),
+            fmt(run["lift"]),
+            "",
+            "",
+        )
+    if report["monte_carlo"] is None:
+        return [attacks]
+    rec = report["monte_carlo"]["reconstruction"]
+    attacks.add_row(
+        "reconstruction",
+        "VAE",
+        "",
+        "",
+        "",
+        fmt(rec["single_accuracy"]),
+        fmt(rec["set_accuracy"]),
+    )
+    mc = Table(
+        "model", "distance", "heuristic", "variant", "single MI", "set MI",
+        title="Monte Carlo attack (chance 0.5)",
+    )  # fmt: skip
+    for row in report["monte_carlo"]["rows"]:
+        mc.add_row(
+            row["model"],
+            row["distance"],
+            row["heuristic"],
+            row["variant"],
+            fmt(row["single_accuracy"]),
+            fmt(row["set_accuracy"]),
+        )
+    return [attacks, mc]
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-mi-generative.json"
+    ),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="CI-sized: digits, 400-record pool."),
+    ] = False,
+    scale: Annotated[
+        str | None,
+        typer.Option(
+            help="quick (= --quick), cpu (default: Fashion-MNIST, 1,000-record "
+            "pool, about half an hour on 2 cores) or thesis (6,000-record pool, "
+            "seed schedules; use a GPU).",
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="digits or fashion-mnist (default: by --quick)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    device: Annotated[
+        str, typer.Option(help="Torch device of the training, e.g. cuda.")
+    ] = "cpu",
+    part: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--part",
+            help="Attack to run besides white-box (repeatable): black-box, "
+            "auxiliary, monte-carlo. Default: all.",
+        ),
+    ] = None,
+) -> None:
+    """MI on generative models: white/black-box, auxiliary, Monte Carlo."""
+    report = run_mi_generative_bench(
+        out,
+        quick=quick,
+        dataset=dataset,
+        seed=seed,
+        device=device,
+        parts=part,
+        progress=say,
+        scale=scale,
+    )
+    for table in _generative_tables(report):
+        console.print(table)
+    console.print(f"wall time: {report['wall_s']:.1f} s", highlight=False)
+    written(out, report["plots"])

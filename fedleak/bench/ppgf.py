@@ -25,11 +25,11 @@ trained on
 Each model is then attacked on the source members and as many non-members:
 
 * black box: the shadow-model attack of Shokri et al.
-  (:class:`fedleak.attacks.mi_classifier.ShadowModelAttack`), shadows trained
+  (:class:`fedleak.attacks.membership.classifier.ShadowModelAttack`), shadows trained
   on disjoint raw data with the same procedure (the attacker does not know the
   framework, seed 003 Section 3.2);
 * loss threshold: Yeom et al.
-  (:class:`~fedleak.attacks.mi_classifier.LossThresholdAttack`),
+  (:class:`~fedleak.attacks.membership.classifier.LossThresholdAttack`),
   threshold calibrated on the shadow models' members;
 * white-box style: the norm of the per-record gradient of the loss with respect
   to all weights (smaller for members), the signal the white-box attack of
@@ -58,21 +58,22 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 from numpy.typing import NDArray
+from rich.table import Table
 
-import fedleak
 from fedleak.errors import ConfigError, DataError
+from fedleak.files import write_atomic
 
-from .results import write_atomic, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = ["gradient_norm_scores", "run_ppgf_bench"]
 
@@ -322,7 +323,7 @@ def _run(
     import torch
     from torch import nn
 
-    from fedleak.attacks.mi_classifier import (
+    from fedleak.attacks.membership.classifier import (
         DPSGDProcedure,
         LossThresholdAttack,
         SGDProcedure,
@@ -419,44 +420,38 @@ def _run(
         return row
 
     rows: list[dict[str, Any]] = []
-    doc: dict[str, Any] = {
-        "schema_version": 1,
-        "bench": "ppgf",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": version("torch"),
-            "numpy": version("numpy"),
-            "scikit-learn": version("scikit-learn"),
-            "opacus": version("opacus"),
-            "python": platform.python_version(),
-        },
-        "parameters": {
-            "quick": quick,
-            "dataset": dataset,
-            "image_shape": list(shape),
-            "members": n_members,
-            "epsilons": list(eps_grid),
-            "target": (
-                f"MLP {dim}-{hidden_target}-10, SGD lr {lr}, batch {batch}, "
-                f"{epochs} epochs"
-            ),
-            "vae": f"{dim}-{synth.hidden}-{synth.latent_dim}, {synth.epochs} epochs",
-            "dpsgd_delta": DELTA_DPSGD,
-            "shadow_models": shadow.num_shadows,
-        },
-        "seed": seed,
-        "setup": {
-            "latent_sensitivity": synth.sensitivity,
-            "vae_fit_s": vae_s,
-            "shadow_fit_s": shadow_s,
-        },
-        "rows": rows,
-        "summary": {},
-        "plots": [],
-        "complete": False,
-        "wall_s": 0.0,
-    }
+    doc = BenchRecord("ppgf", out)
+    doc.update(
+        {
+            "parameters": {
+                "quick": quick,
+                "dataset": dataset,
+                "image_shape": list(shape),
+                "members": n_members,
+                "epsilons": list(eps_grid),
+                "target": (
+                    f"MLP {dim}-{hidden_target}-10, SGD lr {lr}, batch {batch}, "
+                    f"{epochs} epochs"
+                ),
+                "vae": (
+                    f"{dim}-{synth.hidden}-{synth.latent_dim}, {synth.epochs} epochs"
+                ),
+                "dpsgd_delta": DELTA_DPSGD,
+                "shadow_models": shadow.num_shadows,
+            },
+            "seed": seed,
+            "setup": {
+                "latent_sensitivity": synth.sensitivity,
+                "vae_fit_s": vae_s,
+                "shadow_fit_s": shadow_s,
+            },
+            "rows": rows,
+            "summary": {},
+            "plots": [],
+            "complete": False,
+            "wall_s": 0.0,
+        }
+    )
     runs: list[tuple[str, float]] = [
         ("reference", math.inf),
         ("source", math.inf),
@@ -502,7 +497,7 @@ def _run(
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         doc["wall_s"] = time.perf_counter() - started
-        write_json_atomic(out, doc)  # an interrupted run keeps its rows
+        doc.write()  # an interrupted run keeps its rows
         say(
             f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
             f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
@@ -550,5 +545,65 @@ def _run(
     doc["complete"] = True
     doc["plots"] = _plot(rows, out)
     doc["wall_s"] = time.perf_counter() - started
-    write_json_atomic(out, doc)
-    return doc
+    return doc.write()
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-ppgf.json"
+    ),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="CI-sized: digits, few epsilons and epochs."),
+    ] = False,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="fashion-mnist (default when installed) or digits."),
+    ] = None,
+    epsilon: Annotated[
+        list[float] | None,
+        typer.Option("--epsilon", help="d_x privacy levels (repeatable)."),
+    ] = None,
+    members: Annotated[
+        int | None, typer.Option(help="Source (member) records.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+) -> None:
+    """Seed 003's framework: accuracy and MI AUC vs epsilon, next to DP-SGD."""
+    report = run_ppgf_bench(
+        out,
+        quick=quick,
+        dataset=dataset,
+        epsilons=tuple(epsilon) if epsilon else None,
+        members=members,
+        seed=seed,
+        progress=say,
+    )
+    table = Table(
+        "training data",
+        "eps",
+        "train acc",
+        "test acc",
+        "shadow AUC",
+        "loss AUC",
+        "grad AUC",
+        "label agr.",
+        "s",
+    )
+    for row in report["rows"]:
+        table.add_row(
+            row["method"],
+            fmt(row["epsilon"], 2),
+            fmt(row["train_accuracy"]),
+            fmt(row["test_accuracy"]),
+            fmt(row["black_box"]["auc"]),
+            fmt(row["loss_threshold"]["auc"]),
+            fmt(row["white_box"]["auc"]),
+            fmt(row.get("label_agreement")),
+            fmt(row["wall_s"], 1),
+        )
+    console.print(table)
+    console.print(f"summary: {report['summary']}", highlight=False)
+    for plot in report["plots"]:
+        console.print(f"written: {plot}", highlight=False)
+    written(out)

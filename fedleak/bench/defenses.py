@@ -1,7 +1,7 @@
 """``fedleak bench defenses``: the defenses of seed 000 Ch. 7.3 against both attacks.
 
 Every row is a two-party synchronized-SGD run in this process (the simulation
-of :mod:`fedleak.experiments.bench_membership`) on the synthetic check-ins
+of :mod:`fedleak.bench.membership`) on the synthetic check-ins
 (:func:`fedleak.data.checkins.synthetic_checkins`; main task: the binary
 user attribute, the stand-in for FourSquare's gender), with the target
 defended. The model is the embedding + CNN with the single FC layer of the
@@ -13,7 +13,7 @@ so the utility columns are those of a trained model. Each row reports
 - **membership**: precision and recall of
   :class:`fedleak.attacks.membership.EmbeddingMembership` (Ch. 7.1.3);
 - **property**: the single-batch AUC of the passive property attack
-  (:mod:`fedleak.attacks.property`, Alg. 7) for the property "the user lives
+  (:mod:`fedleak.attacks.property.classifier`, Alg. 7) for the property "the user lives
   in the top region" (home area 0; the thesis' "Top region (Antwerpen)" of
   the CSI corpus): half of the target's batches are drawn from its users in
   the top region, half from the others (``m = 2``, Ch. 7.2.3); every round
@@ -57,21 +57,19 @@ Tables (seed figures for comparison in the JSON):
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+import typer
+from rich.table import Table
 
-import fedleak
-from fedleak.attacks.membership import contribution_scale
-from fedleak.attacks.property import (
+from fedleak.attacks.membership.embedding import contribution_scale
+from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
     gradient_features,
     single_batch_auc,
@@ -80,16 +78,19 @@ from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses
 from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
 from fedleak.data.text import TextDataset
 from fedleak.errors import ConfigError
+from fedleak.files import write_atomic
 from fedleak.training import batch_gradient, set_arrays
 
-from .bench_membership import (
+from .console import fmt, say, written
+from .console import out as console
+from .membership import (
     MembershipSetup,
     SimulationOutcome,
     inputs_and_model,
     server_step,
     simulate_membership,
 )
-from .results import SCHEMA_VERSION, write_atomic, write_json_atomic
+from .record import BenchRecord
 
 __all__ = [
     "AUX_BATCHES",
@@ -466,8 +467,6 @@ def _run(
     out_path = Path(out)
     plot_path = out_path.with_name(out_path.stem + "-tables.png")
     report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": "defenses",
         "description": __doc__,
         "quick": quick,
         "seed": seed,
@@ -488,21 +487,62 @@ def _run(
             "delta": base.delta,
             "source": data.source,
         },
-        "property_attack": "attacks/property.py (passive, Alg. 7, bag-of-words)",
+        "property_attack": (
+            "attacks/property/classifier.py (passive, Alg. 7, bag-of-words)"
+        ),
         "rows": rows,
         "thesis": THESIS,
         "plots": [plot_path.name],
         "wall_s": time.perf_counter() - started,
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "flwr": version("flwr"),
-            "opacus": version("opacus"),
-            "dp-accounting": version("dp-accounting"),
-        },
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
     }
     _plot(plot_path, rows, [t for t in TABLES if t in tables])
-    write_json_atomic(out_path, report)
-    return report
+    return BenchRecord("defenses", out_path).write(report)
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-defenses.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="CI-sized data and fewer settings.")
+    ] = False,
+    table_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--table",
+            help="vocabulary, share_fraction, dropout, participant_dp, "
+            "record_dp (repeatable; default all).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+) -> None:
+    """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
+
+    Columns: membership precision / recall (MI P, MI R), property AUC,
+    model accuracy and AUC, record- or participant-level epsilon.
+    """
+    report = run_defenses_bench(
+        out,
+        tables=tuple(table_name) if table_name else TABLES,
+        quick=quick,
+        seed=seed,
+        progress=say,
+    )
+    table = Table(
+        "defense", "setting", "MI P", "MI R", "prop AUC", "acc", "AUC", "eps", "s"
+    )
+    for row in report["rows"]:
+        eps = row["record_epsilon"] or row["participant_epsilon"]
+        table.add_row(
+            row["table"],
+            "none" if row["setting"] is None else str(row["setting"]),
+            fmt(row["membership_precision"]),
+            fmt(row["membership_recall"]),
+            fmt(row["property_auc"]),
+            fmt(row["model_accuracy"]),
+            fmt(row["model_auc"]),
+            fmt(eps),
+            f"{row['wall_s']:.1f}",
+        )
+    console.print(table)
+    written(out)

@@ -51,7 +51,7 @@ from sklearn.decomposition import PCA
 from fedleak.errors import ConfigError, DataError
 from fedleak.generative import VAE, as_tensor
 
-from .mi_metrics import ScoreFunction
+from .metrics import ScoreFunction
 
 __all__ = [
     "FEATURE_NAMES",
@@ -385,7 +385,7 @@ class MonteCarloAttack:
     def trial_scorer(
         self, member_distances: np.ndarray, nonmember_distances: np.ndarray
     ) -> ScoreFunction:
-        """Return a scorer for :func:`fedleak.attacks.mi_metrics.mi_trials`.
+        """Return a scorer for :func:`fedleak.attacks.membership.metrics.mi_trials`.
 
         Each trial presents a subset of member and non-member rows; epsilon
         is recomputed from those rows, as the heuristics are defined on the

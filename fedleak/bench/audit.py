@@ -55,23 +55,24 @@ summary yet), so an interrupted run keeps what it computed.
 from __future__ import annotations
 
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+import typer
 from numpy.typing import NDArray
+from rich.table import Table
 
-import fedleak
 from fedleak.errors import ConfigError, DataError
+from fedleak.files import write_atomic
 
-from .results import write_atomic, write_json_atomic
+from .console import fmt, say, written
+from .console import out as console
+from .record import BenchRecord
 
 __all__ = ["AUDIT_DATASETS", "AuditTask", "load_audit_task", "run_audit_bench"]
 
@@ -359,8 +360,8 @@ def run_audit_bench(
     """
     import torch
 
-    from fedleak.attacks.audit import DIAdversary
-    from fedleak.attacks.audit_neighbours import most_dissimilar_neighbours
+    from fedleak.attacks.audit.adversary import DIAdversary
+    from fedleak.attacks.audit.neighbours import most_dissimilar_neighbours
     from fedleak.data import find_data_dir
     from fedleak.privacy.identifiability import plan_dp_sgd
 
@@ -393,38 +394,31 @@ def run_audit_bench(
     started = time.perf_counter()
     plans = {rb: plan_dp_sgd(rb, delta, steps=n_steps) for rb in rho_betas}
     rows: list[dict[str, Any]] = []
-    report_doc: dict[str, Any] = {
-        "schema_version": 1,
-        "bench": "audit",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "versions": {
-            "fedleak": fedleak.__version__,
-            "torch": version("torch"),
-            "numpy": version("numpy"),
-            "dp-accounting": version("dp-accounting"),
-            "python": platform.python_version(),
-        },
-        "parameters": {
-            "quick": quick,
-            "datasets": names,
-            "rho_betas": list(rho_betas),
-            "repetitions": reps,
-            "steps": n_steps,
-            "train_size": size,
-            "delta": delta,
-            "lr": lr,
-            "max_grad_norm": max_grad_norm,
-            "noise_multipliers": {
-                str(rb): p.noise_multiplier for rb, p in plans.items()
+    report_doc = BenchRecord("audit", out)
+    report_doc.update(
+        {
+            "parameters": {
+                "quick": quick,
+                "datasets": names,
+                "rho_betas": list(rho_betas),
+                "repetitions": reps,
+                "steps": n_steps,
+                "train_size": size,
+                "delta": delta,
+                "lr": lr,
+                "max_grad_norm": max_grad_norm,
+                "noise_multipliers": {
+                    str(rb): p.noise_multiplier for rb, p in plans.items()
+                },
             },
-        },
-        "seed": seed,
-        "rows": rows,
-        "summary": {},
-        "plots": [],
-        "complete": False,
-        "wall_s": 0.0,
-    }
+            "seed": seed,
+            "rows": rows,
+            "summary": {},
+            "plots": [],
+            "complete": False,
+            "wall_s": 0.0,
+        }
+    )
     for i, name in enumerate(names):
         task = load_audit_task(name, size, min(200, 4 * size), seed)
         factory = _factory(task.x.shape[1], task.hidden, task.num_classes)
@@ -485,7 +479,7 @@ def run_audit_bench(
                     rows.append(row)
                     # Keep what was computed if the run is interrupted later.
                     report_doc["wall_s"] = time.perf_counter() - started
-                    write_json_atomic(out, report_doc)
+                    report_doc.write()
                     if progress is not None:
                         progress(
                             f"{name} {'bounded' if bounded else 'unbounded'} "
@@ -519,5 +513,85 @@ def run_audit_bench(
     report_doc["complete"] = True
     report_doc["plots"] = _plot(rows, out)
     report_doc["wall_s"] = time.perf_counter() - started
-    write_json_atomic(out, report_doc)
-    return report_doc
+    return report_doc.write()
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-audit.json"
+    ),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="CI-sized: 2 datasets, 60 trainings, 5 steps."),
+    ] = False,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset", help="digits, breast-cancer, fashion-mnist (repeatable)."
+        ),
+    ] = None,
+    rho_beta: Annotated[
+        list[float] | None,
+        typer.Option("--rho-beta", help="Posterior-belief bounds (repeatable)."),
+    ] = None,
+    repetitions: Annotated[
+        int | None, typer.Option(help="Trainings per configuration (default 1000).")
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="DP-SGD steps (default 30).")
+    ] = None,
+    train_size: Annotated[int | None, typer.Option(help="|D| (default 100).")] = None,
+    delta: Annotated[float, typer.Option(help="delta.")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+) -> None:
+    """Audit DP-SGD with the DI adversary: advantage, beliefs, empirical epsilon."""
+    report = run_audit_bench(
+        out,
+        quick=quick,
+        datasets=dataset or None,
+        rho_betas=tuple(rho_beta) if rho_beta else DEFAULT_RHO_BETAS,
+        repetitions=repetitions,
+        steps=steps,
+        train_size=train_size,
+        delta=delta,
+        seed=seed,
+        progress=say,
+    )
+    table = Table(
+        "dataset",
+        "DP",
+        "sens.",
+        "rho_beta",
+        "eps",
+        "rho_alpha",
+        "adv",
+        "95% CI",
+        "viol.",
+        "eps(i)",
+        "eps(ii)",
+        "eps(iii)",
+        "MI adv",
+        "s",
+    )
+    for row in report["rows"]:
+        table.add_row(
+            row["dataset"],
+            "B" if row["bounded"] else "U",
+            row["sensitivity"],
+            fmt(row["rho_beta"], 2),
+            fmt(row["epsilon"], 2),
+            fmt(row["rho_alpha"]),
+            fmt(row["advantage"]),
+            f"[{row['advantage_ci'][0]:.2f}, {row['advantage_ci'][1]:.2f}]",
+            fmt(row["belief_violation_rate"]),
+            fmt(row["epsilon_from_sensitivity"], 2),
+            fmt(row["epsilon_from_belief"], 2),
+            fmt(row["epsilon_from_advantage"], 2),
+            fmt(row["mi_advantage"]),
+            fmt(row["wall_s"], 1),
+        )
+    console.print(table)
+    console.print(f"summary: {report['summary']}", highlight=False)
+    for plot in report["plots"]:
+        console.print(f"written: {plot}", highlight=False)
+    written(out)
