@@ -189,6 +189,16 @@ def test_read_yelp_reviews_and_businesses(tmp_path: Path) -> None:
         (_review(stars=7), "stars must be 1..5"),
         (_review(stars=True), "stars must be 1..5"),
         (_review(text=3), "text must be a string"),
+        (_review(stars=2.5), "stars must be 1..5"),
+        (_review().replace('"stars": 4.0', '"stars": 1e400'), "stars must be 1..5"),
+        (
+            _review().replace('"stars": 4.0', '"stars": NaN'),
+            r"not valid JSON \(NaN is not a JSON value",
+        ),
+        (
+            _review().replace('"stars": 4.0', '"stars": Infinity'),
+            r"not valid JSON \(Infinity is not a JSON value",
+        ),
     ],
 )
 def test_malformed_yelp_lines_name_the_line(
@@ -197,6 +207,13 @@ def test_malformed_yelp_lines_name_the_line(
     path = _write(tmp_path / "review.json", [_review(), bad])
     with pytest.raises(DataError, match=rf"review\.json, line 2: {message}"):
         read_yelp_reviews(path)
+
+
+@pytest.mark.parametrize("max_records", [0, -1, 1.5, True])
+def test_max_records_must_be_a_positive_integer(tmp_path: Path, max_records) -> None:
+    path = _write(tmp_path / "review.json", [_review(), _review()])
+    with pytest.raises(ConfigError, match="max_records must be an integer >= 1"):
+        read_yelp_reviews(path, max_records=max_records)
 
 
 def test_malformed_business_line_names_the_line(tmp_path: Path) -> None:

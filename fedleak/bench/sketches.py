@@ -445,6 +445,7 @@ def bench_median(
     values = reference_problem(int(seeds[0].generate_state(1)[0]))
     parts = np.array_split(values, contributors)
     start = time.perf_counter()
+    # seeded: the record must be reproducible (not private; see private_median)
     encrypted = private_median(parts, low=low, high=high, seed=seed)
     wall = time.perf_counter() - start
     hash_seed = np.random.SeedSequence(seed).spawn(4)[0]

@@ -17,6 +17,7 @@ fetched here; the loaders are tested on files the tests write in this format.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -67,6 +68,14 @@ class YelpReviews:
         return len(self.texts)
 
 
+class _NonStandardConstant(ValueError):
+    """``NaN``/``Infinity`` in a file: Python's json accepts them, JSON does not."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonStandardConstant(f"{name} is not a JSON value")
+
+
 def _json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         raw = Path(path).read_bytes()
@@ -77,11 +86,13 @@ def _json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
             continue
         where = f"{path}, line {number}"
         try:
-            obj = json.loads(line.decode("utf-8"))
+            obj = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
         except UnicodeDecodeError:
             raise DataError(f"{where}: not UTF-8 (Yelp files are UTF-8)") from None
         except json.JSONDecodeError as err:
             raise DataError(f"{where}: not valid JSON ({err.msg})") from None
+        except _NonStandardConstant as err:
+            raise DataError(f"{where}: not valid JSON ({err})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{where}: expected a JSON object")
         yield where, obj
@@ -97,15 +108,23 @@ def read_yelp_reviews(
     path : path
         ``yelp_academic_dataset_review.json`` or a file in its format.
     max_records : int, optional
-        Stop after this many reviews (the full file has millions).
+        Stop after this many reviews (the full file has millions); >= 1.
 
     Raises
     ------
+    ConfigError
+        If ``max_records`` is not a positive integer.
     DataError
         If a line is not a JSON object, lacks ``user_id``, ``business_id``,
         ``stars`` or ``text``, or has stars outside 1..5 or a non-string
         text; the message names the file and the 1-based line number.
     """
+    if max_records is not None and (
+        isinstance(max_records, bool)
+        or not isinstance(max_records, int)
+        or max_records < 1
+    ):
+        raise ConfigError(f"max_records must be an integer >= 1, got {max_records!r}")
     texts: list[str] = []
     stars: list[int] = []
     users: list[str] = []
@@ -119,6 +138,7 @@ def read_yelp_reviews(
         if (
             isinstance(rating, bool)
             or not isinstance(rating, int | float)
+            or not math.isfinite(rating)
             or rating != int(rating)
             or not 1 <= rating <= 5
         ):

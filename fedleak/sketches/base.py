@@ -47,6 +47,10 @@ _MAGIC = b"FLSK"
 _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sBBxxIIqQ")  # magic, version, kind, depth, width, seed, p
 _CHUNK = 16384  # items per block: the (depth x block) indices stay in cache
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: Below this bound on ``|counter| + |increment|`` no int64 sum can wrap; the
+#: float64 bound check has a wide margin for its rounding.
+_SAFE_MAGNITUDE = float(1 << 62)
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -64,6 +68,35 @@ def _probability(value: object, name: str) -> float:
     if not 0.0 < v < 1.0:
         raise ConfigError(f"{name} must lie in (0, 1), got {value!r}.")
     return v
+
+
+def _overflow_error(flat_index: int, width: int, value: int) -> DataError:
+    row, column = divmod(flat_index, width)
+    return DataError(
+        f"counter overflow at row {row}, column {column}: {value} does not fit in "
+        "a 64-bit counter; the sketch is left unchanged"
+    )
+
+
+def _checked_sum(table: np.ndarray, increment: np.ndarray, width: int) -> np.ndarray:
+    """Return ``table + increment`` (int64), raising instead of wrapping around.
+
+    The common case is decided by a float64 bound (no counter near 2**62);
+    only then is the sum checked cell by cell in exact integers.
+    """
+    bound = float(np.abs(table, dtype=np.float64).max(initial=0.0)) + float(
+        np.abs(increment, dtype=np.float64).max(initial=0.0)
+    )
+    if bound < _SAFE_MAGNITUDE:
+        summed: np.ndarray = table + increment
+        return summed
+    exact = table.astype(object) + increment.astype(object)
+    flat = exact.reshape(-1)
+    for index, value in enumerate(flat):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise _overflow_error(index, width, int(value))
+    checked: np.ndarray = exact.astype(np.int64)
+    return checked
 
 
 def as_items(items: ItemsLike) -> np.ndarray:
@@ -91,10 +124,15 @@ def as_items(items: ItemsLike) -> np.ndarray:
 
 def _as_counts(counts: int | npt.ArrayLike, n: int) -> np.ndarray | int:
     if isinstance(counts, int | np.integer) and not isinstance(counts, bool):
-        return int(counts)
+        count = int(counts)
+        if not _INT64_MIN <= count <= _INT64_MAX:
+            raise DataError(f"a count must fit in 64 bits, got {count}.")
+        return count
     arr = np.asarray(counts)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise DataError(f"counts must be integers, got dtype {arr.dtype}.")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _INT64_MAX:
+        raise DataError(f"a count must fit in 64 bits, got {int(arr.max())}.")
     flat = arr.reshape(-1).astype(np.int64, copy=False)
     if flat.size != n:
         raise DataError(f"got {flat.size} counts for {n} items; give one per item.")
@@ -244,6 +282,9 @@ class LinearSketch:
         """
         values = as_items(items)
         weights = _as_counts(counts, values.size)
+        if self._may_overflow(weights, values.size):
+            self._update_exact(values, weights)
+            return
         flat_table = self._table.reshape(-1)
         offsets = self._offsets.astype(np.uint64)
         for start, block in self._chunks(values):
@@ -260,6 +301,38 @@ class LinearSketch:
             else:
                 w = weights[start : start + block.size]
                 np.add.at(flat_table, flat.reshape(-1), np.tile(w, self._depth))
+
+    def _may_overflow(self, weights: np.ndarray | int, n_items: int) -> bool:
+        """Whether this update could push a counter past 2**62 (float64 bound)."""
+        if isinstance(weights, int):
+            added = float(abs(weights)) * n_items
+        else:
+            added = float(np.abs(weights, dtype=np.float64).sum())
+        largest = float(np.abs(self._table, dtype=np.float64).max(initial=0.0))
+        return largest + added >= _SAFE_MAGNITUDE
+
+    def _update_exact(self, values: np.ndarray, weights: np.ndarray | int) -> None:
+        """Apply the update in exact integers, refusing one that wraps a counter.
+
+        Nothing is written when a counter would leave the int64 range.
+        """
+        per_item = (
+            np.full(values.size, weights, dtype=object)
+            if isinstance(weights, int)
+            else weights.astype(object)
+        )
+        increment = np.zeros(self.size, dtype=object)
+        for start, block in self._chunks(values):
+            flat = (self._raw_buckets(block) + self._offsets.astype(np.uint64)).reshape(
+                -1
+            )
+            w = np.tile(per_item[start : start + block.size], self._depth)
+            np.add.at(increment, flat.astype(np.int64), w)
+        total = self._table.reshape(-1).astype(object) + increment
+        for index, value in enumerate(total):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise _overflow_error(index, self._width, int(value))
+        self._table[...] = total.astype(np.int64).reshape(self._depth, self._width)
 
     # ------------------------------------------------------------ linearity
 
@@ -289,8 +362,11 @@ class LinearSketch:
         ------
         ConfigError
             If the sketches differ in kind, depth, width or seed.
+        DataError
+            If a counter would leave the int64 range (nothing is changed).
         """
-        np.add(self._table, self._check_compatible(other)._table, out=self._table)
+        other_table = self._check_compatible(other)._table
+        self._table[...] = _checked_sum(self._table, other_table, self._width)
         return self
 
     def __add__(self, other: object) -> Self:
@@ -323,15 +399,26 @@ class LinearSketch:
         Raises
         ------
         DataError
-            If the table has the wrong size or is not integral.
+            If the table has the wrong size, is not integral, or holds a value
+            outside the int64 range of the counters.
         """
         arr = np.asarray(table)
         if arr.size != self.size:
             raise DataError(f"table has {arr.size} counters, the sketch {self.size}.")
-        if not np.issubdtype(arr.dtype, np.integer) and not (
-            np.all(np.isfinite(arr)) and np.array_equal(arr, np.rint(arr))
-        ):
-            raise DataError("a sketch table must hold integers.")
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
+            raise DataError(f"a sketch table must hold integers, got {arr.dtype}.")
+        if not np.issubdtype(arr.dtype, np.integer):
+            if not (np.all(np.isfinite(arr)) and np.array_equal(arr, np.rint(arr))):
+                raise DataError("a sketch table must hold integers.")
+            outside = np.flatnonzero((arr < -(2.0**63)) | (arr >= 2.0**63))
+            if outside.size:
+                index = int(outside[0])
+                raise _overflow_error(index, self._width, int(arr.reshape(-1)[index]))
+        elif arr.dtype == np.uint64:
+            outside = np.flatnonzero(arr.reshape(-1) > np.uint64(_INT64_MAX))
+            if outside.size:
+                index = int(outside[0])
+                raise _overflow_error(index, self._width, int(arr.reshape(-1)[index]))
         clone = self._empty_like()
         clone._table[...] = arr.reshape(self._depth, self._width).astype(np.int64)
         return clone

@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
+from ..privacy.randomness import RngLike, check_rng, noise_laplace
 from .base import MERSENNE_PRIME
 from .count_sketch import CountSketch
 from .elgamal import (
@@ -86,12 +87,17 @@ class MedianResult:
         The values released to the authorities (noisy if DP is on).
     seconds : dict of str to float
         Timings by stage (:func:`private_median` only).
+    reproducible : bool
+        Whether the run's secrets and noise came from a user-given seed
+        (reproducible, hence predictable: not private) rather than from the
+        operating system's entropy.
     """
 
     median: int
     decryptions: int
     released: list[float]
     seconds: dict[str, float] = field(default_factory=dict)
+    reproducible: bool = False
 
 
 def value_keys(values: npt.ArrayLike) -> np.ndarray:
@@ -128,8 +134,9 @@ def bisect_median(
     low: int,
     high: int,
     epsilon: float | None = None,
-    rng: np.random.Generator | None = None,
+    rng: RngLike = None,
     sensitivity: RangeCounter | None = None,
+    secure_mode: bool = False,
 ) -> MedianResult:
     """Run the interactive divide-and-conquer median of seed 000 Ch. 4.3.1.
 
@@ -151,12 +158,17 @@ def bisect_median(
     epsilon : float, optional
         Differential privacy: Laplace noise of scale ``xi * d / epsilon`` on
         every decrypted count. ``None`` (default) releases exact counts.
-    rng : numpy.random.Generator, optional
-        Source of the noise (required with ``epsilon``).
+    rng : numpy.random.Generator, int or None, default=None
+        Source of the noise: ``None`` draws it from fresh OS entropy (the
+        private default); a seed or generator makes it reproducible and
+        therefore predictable -- for experiments only. Refused with
+        ``secure_mode``.
     sensitivity : callable, optional
         ``sensitivity(a, b)``: the sensitivity of ``count(a, b)`` used for
         the noise instead of the seed's ``d`` (e.g.
         :func:`range_sensitivity`, which accounts for bucket collisions).
+    secure_mode : bool, default=False
+        Draw the noise from the OS CSPRNG (:func:`fedleak.privacy.noise_laplace`).
 
     Returns
     -------
@@ -168,11 +180,15 @@ def bisect_median(
     xi = decryptions_needed(low, high)
     scale = None
     if epsilon is not None:
-        if not epsilon > 0:
-            raise ConfigError(f"epsilon must be > 0, got {epsilon}.")
-        if rng is None:
-            raise ConfigError("noise needs an rng (numpy.random.Generator).")
+        if not 0 < epsilon < math.inf:
+            raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon}.")
         scale = xi / epsilon
+    noise_rng = None if secure_mode else check_rng(rng)
+    if secure_mode and rng is not None:
+        raise ConfigError(
+            "Passing seed is prohibited in secure mode: the noise comes from the "
+            "OS CSPRNG; pass rng=None."
+        )
     target = depth * n_values / 2.0
     below = 0.0  # released estimate of the values < a
     a, b = low, high + 1
@@ -180,9 +196,11 @@ def bisect_median(
     while b - a > 1:
         mid = (a + b) // 2
         value = float(count(a, mid))
-        if scale is not None and rng is not None:
+        if scale is not None:
             delta = depth if sensitivity is None else sensitivity(a, mid)
-            value += float(rng.laplace(0.0, scale * delta))
+            value += float(
+                noise_laplace(scale * delta, 1, noise_rng, secure_mode=secure_mode)[0]
+            )
         released.append(value)
         if below + value >= target:
             b = mid
@@ -322,7 +340,8 @@ def private_median(
     n_authorities: int = 3,
     epsilon: float | None = None,
     strict_sensitivity: bool = False,
-    seed: int = 0,
+    seed: int | None = None,
+    secure_mode: bool = False,
 ) -> MedianResult:
     """Run the whole protocol of Ch. 4.3 in one process, with real encryption.
 
@@ -345,8 +364,16 @@ def private_median(
     strict_sensitivity : bool, default=False
         Scale the noise by :func:`range_sensitivity` (collisions included)
         instead of the seed's ``d``.
-    seed : int, default=0
-        Seeds the hashes, keys, encryption randomness and noise.
+    seed : int, optional
+        Makes the run reproducible: the hashes, the authorities' keys, the
+        encryption randomness and the noise all derive from it. **Not
+        private**: whoever knows the seed knows the keys and the noise; use it
+        to reproduce figures only. ``None`` (default): the hashes come from
+        fresh entropy, keys and encryption randomness from the OS CSPRNG
+        (``secrets``), the noise from fresh OS entropy (or the CSPRNG with
+        ``secure_mode``).
+    secure_mode : bool, default=False
+        Draw the DP noise from the OS CSPRNG; refuses ``seed``.
 
     Returns
     -------
@@ -359,16 +386,22 @@ def private_median(
         raise DataError("private_median needs at least one contribution.")
     if n_authorities < 1:
         raise ConfigError(f"n_authorities must be >= 1, got {n_authorities}.")
+    if secure_mode and seed is not None:
+        raise ConfigError(
+            "Passing seed is prohibited in secure mode: keys, encryption "
+            "randomness and noise come from the OS CSPRNG; pass seed=None."
+        )
     hash_seed, key_seed, enc_seed, noise_seed = np.random.SeedSequence(seed).spawn(4)
     template = CountSketch.from_error(
         epsilon_sketch,
         delta_sketch,
         seed=int(hash_seed.generate_state(1, np.uint64)[0] >> np.uint64(1)),
     )
-    key_rng = np.random.default_rng(key_seed)
+    # without a seed the secrets come from the CSPRNG (rng=None in elgamal)
+    key_rng = None if seed is None else np.random.default_rng(key_seed)
     authorities = [Authority(k, key_rng) for k in range(n_authorities)]
     key = GroupKey.combine(authorities)
-    enc_rng = np.random.default_rng(enc_seed)
+    enc_rng = None if seed is None else np.random.default_rng(enc_seed)
     n_values = 0
     encrypted = []
     enc_times = []
@@ -400,13 +433,15 @@ def private_median(
         low=low,
         high=high,
         epsilon=epsilon,
-        rng=np.random.default_rng(noise_seed),
+        rng=None if seed is None else np.random.default_rng(noise_seed),
+        secure_mode=secure_mode,
         sensitivity=(
             (lambda a, b: range_sensitivity(template, a, b, domain=(low, high)))
             if strict_sensitivity
             else None
         ),
     )
+    result.reproducible = seed is not None
     result.seconds = {
         "encrypt_per_sketch": statistics.median(enc_times),
         "aggregate_per_sketch": aggregate_s / len(contributions),
