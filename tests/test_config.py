@@ -100,3 +100,51 @@ def test_count_usable_rounds_reads_both_strategy_kinds():
     assert count_usable_rounds(fedleak_rounds) == 1
     assert count_usable_rounds(flower_rounds) == 1
     assert count_usable_rounds(failed) == 0
+
+
+# --- strict values: no coercion, finite numbers, safe names, faults in range
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('rounds = "2"\n', "rounds: Input should be a valid integer"),
+        ("rounds = true\n", "rounds: Input should be a valid integer"),
+        ('[secure_aggregation]\nenabled = "yes"\n', "secure_aggregation.enabled"),
+        ("[secure_aggregation]\nenabled = 1\n", "secure_aggregation.enabled"),
+        ("[strategy]\nlearning_rate = inf\n", "strategy.learning_rate"),
+        ("[strategy]\nlearning_rate = nan\n", "strategy.learning_rate"),
+        ('name = ".."\n', "name: '..' is not a run name"),
+        ('name = "../x"\n', "name: String should match pattern"),
+        ("seed = 1180591620717411303424\n", "seed"),
+        (
+            "[faults]\ncrash_clients = [-1]\ncrash_rounds = [1]\n",
+            "faults.crash_clients: [-1] are not client ids",
+        ),
+        (
+            "rounds = 3\n[faults]\ncrash_clients = [0]\ncrash_rounds = [0, 4]\n",
+            "faults.crash_rounds: [0, 4] are not rounds of this run",
+        ),
+        (
+            "[faults]\ncrash_clients = [0]\n",
+            "crash_clients and crash_rounds go together",
+        ),
+        (
+            '[data]\ndataset = "digits"\nroot = "somewhere"\n',
+            "data.root: digits needs no files",
+        ),
+    ],
+)
+def test_strict_values_are_refused_naming_the_key(tmp_path, text, needle):
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert needle in str(err.value)
+
+
+def test_a_config_file_that_is_not_utf8_is_one_clear_error(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("name = 'caf\xe9'\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(path)

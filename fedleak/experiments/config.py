@@ -63,7 +63,20 @@ __all__ = [
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    """Every section: unknown keys refused, strict types, finite numbers.
+
+    Strict: ``rounds = "2"`` or ``rounds = true`` is an error, not 2 or 1; an
+    integer is accepted where a float is expected. Finite: NaN and infinity
+    are refused everywhere.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        strict=True,
+        allow_inf_nan=False,
+    )
 
 
 class DataConfig(_Section):
@@ -176,6 +189,16 @@ class FaultsConfig(_Section):
     crash_clients: list[int] = Field(default_factory=list)
     crash_rounds: list[int] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> FaultsConfig:
+        if bool(self.crash_clients) != bool(self.crash_rounds):
+            raise ValueError(
+                "faults: crash_clients and crash_rounds go together (which clients "
+                f"crash, and in which rounds); got crash_clients={self.crash_clients} "
+                f"and crash_rounds={self.crash_rounds}"
+            )
+        return self
+
 
 class PropertyAttackConfig(_Section):
     """``[adversary.property]``: the property adversary (seed 000 Ch. 7.1.4-7.1.5).
@@ -283,8 +306,8 @@ class TargetConfig(_Section):
 class ExperimentConfig(_Section):
     """A whole experiment file."""
 
-    name: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
-    seed: int = Field(0, ge=0)
+    name: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$", max_length=100)
+    seed: int = Field(0, ge=0, lt=2**63)
     rounds: int = Field(10, ge=1)
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
@@ -377,9 +400,28 @@ class ExperimentConfig(_Section):
                 "secure_aggregation.enabled: Flower's server-side DP wrappers clip "
                 "each client's update, which secure aggregation hides; disable one"
             )
-        bad = [c for c in self.faults.crash_clients if c >= self.federation.num_clients]
+        if self.name in (".", ".."):
+            raise ValueError(
+                f"name: {self.name!r} is not a run name (it names the run's folder "
+                "under runs/; use letters, digits, '_', '-' or '.')"
+            )
+        k = self.federation.num_clients
+        bad = [c for c in self.faults.crash_clients if not 0 <= c < k]
         if bad:
-            raise ValueError(f"faults.crash_clients: {bad} are not client ids")
+            raise ValueError(
+                f"faults.crash_clients: {bad} are not client ids (0 to {k - 1})"
+            )
+        late = [r for r in self.faults.crash_rounds if not 1 <= r <= self.rounds]
+        if late:
+            raise ValueError(
+                f"faults.crash_rounds: {late} are not rounds of this run (1 to "
+                f"{self.rounds})"
+            )
+        if self.data.root and self.data.dataset in ("digits", "checkins-synthetic"):
+            raise ValueError(
+                f"data.root: {self.data.dataset} needs no files (it is bundled or "
+                "generated); data.root applies to fashion-mnist, mnist and fortunes"
+            )
         if self.privacy.wrapper != "none" and self.strategy.name == "sync-sgd":
             raise ValueError(
                 "privacy.wrapper: Flower's central-DP wrappers clip model updates; "
@@ -520,6 +562,12 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentCo
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such experiment file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.start}); experiment files are TOML"
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a folder, not an experiment file") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
     try:
