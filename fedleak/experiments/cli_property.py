@@ -65,7 +65,7 @@ def register(bench_app: typer.Typer, fail: Callable[[FedleakError], None]) -> No
             bool | None,
             typer.Option(
                 "--secagg/--no-secagg",
-                help="Also run under secure aggregation (default: two-party only).",
+                help="Also run under secure aggregation (needs >= 3 clients).",
             ),
         ] = None,
         properties: Annotated[
