@@ -21,11 +21,13 @@ serves both purposes at one X25519 agreement per peer.
 
 from __future__ import annotations
 
+import struct
+
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from ..errors import ProtocolError
-from .prg import _check_uint64, derive_seed
+from ..errors import ConfigError, ProtocolError
+from .prg import _seed, derive_seed
 
 __all__ = [
     "TAG_BYTES",
@@ -38,6 +40,7 @@ __all__ = [
 TAG_BYTES = 16
 _PURPOSE = b"share"
 _DOMAIN = b"fedleak-secagg-share-v1"
+_FIELDS = struct.Struct(">4Q")
 
 
 def channel_key(
@@ -59,7 +62,15 @@ def channel_key(
     bytes
         32 bytes.
     """
-    return derive_seed(shared, round=round, group=group, purpose=_PURPOSE, pair=pair)
+    if not isinstance(shared, bytes) or len(shared) != 32:
+        raise ConfigError("shared must be the 32-byte X25519 shared secret.")
+    try:
+        return _seed(shared, round, group, _PURPOSE, pair[0], pair[1])
+    except (struct.error, TypeError, IndexError):
+        # the checked path names the bad field
+        return derive_seed(
+            shared, round=round, group=group, purpose=_PURPOSE, pair=pair
+        )
 
 
 def _nonce(sender: int, recipient: int) -> bytes:
@@ -69,13 +80,13 @@ def _nonce(sender: int, recipient: int) -> bytes:
 def _associated(
     session: bytes, round: int, group: int, sender: int, recipient: int
 ) -> bytes:
-    fields = (round, group, sender, recipient)
-    return (
-        _DOMAIN
-        + len(session).to_bytes(2, "big")
-        + session
-        + b"".join(_check_uint64(f, "channel field").to_bytes(8, "big") for f in fields)
-    )
+    try:
+        fields = _FIELDS.pack(round, group, sender, recipient)
+    except struct.error:
+        raise ConfigError(
+            "round, group, sender and recipient must be integers in [0, 2**64)"
+        ) from None
+    return _DOMAIN + len(session).to_bytes(2, "big") + session + fields
 
 
 def seal_share(

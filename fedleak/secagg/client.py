@@ -573,9 +573,12 @@ class ClientSession:
         }
         if plan.mode == "double-masking":
             seed_words = random_elements(SECRET_WORDS, rng)
-            np.add(masked, self_mask(seed_words, plan.length, plan.dtype), out=masked)
+            buffer = np.empty(plan.length, dtype=plan.dtype)
+            self_mask(seed_words, plan.length, plan.dtype, out=buffer)
+            np.add(masked, buffer, out=masked)
+            del buffer
             others = [j for j in plan.peers if j != me]
-            points = [plan.peers.index(j) + 1 for j in others]
+            points = [k + 1 for k, j in enumerate(plan.peers) if j != me]
             shares = split(seed_words, threshold=plan.threshold, points=points, rng=rng)
             sealed = []
             for j, share in zip(others, shares, strict=True):

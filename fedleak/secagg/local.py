@@ -207,7 +207,11 @@ def secure_sum(
     for i, client in enumerate(clients):
         server.add_advertisement(i, client.advertise_reply())
     aggregation = server.begin_round(
-        range(n), length=length, modulus_bits=fixed_point.modulus_bits
+        range(n),
+        length=length,
+        modulus_bits=fixed_point.modulus_bits,
+        # groups as assign_groups(range(n), group_size, seed) always made them
+        rng=np.random.default_rng(seed),
     )
     groups = [list(g.members) for g in aggregation.groups]
     fixed_point.check_capacity(max(len(g) for g in groups))

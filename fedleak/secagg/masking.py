@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError, ProtocolError
 from .keys import KeyPair, agree
-from .prg import _check_dtype, _check_uint64, derive_seed, expand
+from .prg import _check_dtype, _check_uint64, _expand_into, _seed, expand
 
 __all__ = [
     "add_pairwise_masks",
@@ -200,13 +200,16 @@ def add_pairwise_masks(
             f"user {me}: ids {missing} are not peers of this group "
             f"(round {round}, group {group})."
         )
+    _check_dtype(out.dtype)
+    r, g = _check_uint64(round, "round"), _check_uint64(group, "group")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ConfigError("out must be a writable C-contiguous array.")
+    if out.shape[0] == 0:
+        return out
     buf = np.empty_like(out)
-    n = out.shape[0]
     for j in ids:
-        seed = derive_seed(
-            shared[j], round=round, group=group, purpose=_PURPOSE, pair=(me, j)
-        )
-        expand(seed, n, out.dtype, out=buf)
+        peer = _check_uint64(j, "peer id")
+        _expand_into(_seed(shared[j], r, g, _PURPOSE, me, peer), buf)
         # Unsigned wrap-around of the in-place ops is the arithmetic mod 2**b.
         if me < j:
             np.add(out, buf, out=out)
@@ -235,7 +238,11 @@ def self_mask_seed(words: np.ndarray) -> bytes:
 
 
 def self_mask(
-    words: np.ndarray, length: int, dtype: np.dtype | type = np.uint32
+    words: np.ndarray,
+    length: int,
+    dtype: np.dtype | type = np.uint32,
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Expand a self-mask secret into the mask ``PRG(b_i)``.
 
@@ -247,13 +254,15 @@ def self_mask(
         Words of the mask.
     dtype : numpy.dtype or type, optional
         ``numpy.uint32`` (default) or ``numpy.uint64``.
+    out : numpy.ndarray, optional
+        Buffer to write into (see :func:`fedleak.secagg.prg.expand`).
 
     Returns
     -------
     numpy.ndarray
         AES-256-CTR keystream under :func:`self_mask_seed`.
     """
-    return expand(self_mask_seed(words), length, dtype)
+    return expand(self_mask_seed(words), length, dtype, out=out)
 
 
 def mask(

@@ -198,7 +198,7 @@ class _Group:
         t = self.threshold
         size = len(u)
         # table[a, b] = the share of member u[b]'s seed held by member u[a]
-        table = np.zeros((size, size, SECRET_WORDS), dtype=np.uint64)
+        table = np.zeros((size, size, SECRET_WORDS), dtype=np.uint32)
         pos = {m: k for k, m in enumerate(u)}
         for p in responders:
             a = pos[p]
@@ -236,11 +236,12 @@ class _Group:
             diff = (xs[k] + _P - xs[keep]) % _P
             coefficients[b] = (((wide[keep] * diff) % _P) * inv) % _P
             holders[b] = [pos[responders[j]] for j in keep]
-        shares = table[holders, np.arange(size)[:, None], :]
+        shares = table[holders, np.arange(size)[:, None], :].astype(np.uint64)
         seeds = combine_many(coefficients, shares)
         total = np.zeros(length, dtype=dtype)
+        buffer = np.empty(length, dtype=dtype)
         for words in seeds:
-            np.add(total, self_mask(words, length, dtype), out=total)
+            np.add(total, self_mask(words, length, dtype, out=buffer), out=total)
         return total
 
 
@@ -601,7 +602,12 @@ class ServerSession:
         return [n for n in nodes if n not in self.keys]
 
     def begin_round(
-        self, nodes: Iterable[int], *, length: int, modulus_bits: int
+        self,
+        nodes: Iterable[int],
+        *,
+        length: int,
+        modulus_bits: int,
+        rng: np.random.Generator | None = None,
     ) -> AggregationRound:
         """Open the next round for ``nodes`` (those without a key are excluded).
 
@@ -613,6 +619,9 @@ class ServerSession:
             Words of every masked vector.
         modulus_bits : int
             32 or 64.
+        rng : numpy.random.Generator, optional
+            Source of the group assignment; default ``[seed, round]`` (or OS
+            entropy without a seed).
 
         Returns
         -------
@@ -622,11 +631,8 @@ class ServerSession:
         nodes = list(nodes)
         keyed = [n for n in nodes if n in self.keys]
         excluded = [n for n in nodes if n not in self.keys]
-        rng = (
-            None
-            if self.seed is None
-            else np.random.default_rng([self.seed, self.round])
-        )
+        if rng is None and self.seed is not None:
+            rng = np.random.default_rng([self.seed, self.round])
         groups = self.settings.groups(keyed, rng) if keyed else []
         aggregation = AggregationRound(
             self,

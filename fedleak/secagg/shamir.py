@@ -150,11 +150,14 @@ def split(
     # Horner: f(x) = (...((c_{t-1} x + c_{t-2}) x + ...) x + secret). Every
     # product of two elements is below PRIME**2 + PRIME < 2**64.
     acc = np.zeros((xs.size, s.size), dtype=np.uint64)
-    for c in coefficients[::-1]:
-        acc = (acc + c) % _P
-        acc = (acc * x) % _P
-    out: np.ndarray = (acc + s) % _P
-    return out
+    for c in coefficients[::-1]:  # in place: no temporaries per step
+        np.add(acc, c, out=acc)
+        np.remainder(acc, _P, out=acc)
+        np.multiply(acc, x, out=acc)
+        np.remainder(acc, _P, out=acc)
+    np.add(acc, s, out=acc)
+    np.remainder(acc, _P, out=acc)
+    return acc
 
 
 def lagrange_at_zero(points: np.ndarray | list[int]) -> np.ndarray:
