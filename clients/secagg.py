@@ -24,6 +24,18 @@ pass through untouched.
 The client's guards (:class:`~fedleak.secagg.client.ClientGuards`: floors on
 group size and online members, default 3; thesis mode opt-in) are a setting
 of the mod, :func:`make_secagg_mod`; no message can lower them.
+
+The session lives in ``Context.state`` as an explicitly serialised record
+(:meth:`fedleak.secagg.client.ClientState.to_record`), holding one session
+and its pending round: a request for another session or round is refused by
+name, and the server re-keys a node whose upload did not count. Flower's
+simulation engine may run a node's next message on another actor while a
+late one still runs, and writes back whichever state finishes last; a stale
+write can roll the session's last round back and let a replayed upload
+request through. In double-masking mode the replayed upload carries a fresh
+self-mask whose shares the peers (which already unmasked that round) do not
+reveal; in thesis mode it would leak the difference of the two inputs. The
+deployment engine runs one message per node at a time.
 """
 
 from __future__ import annotations

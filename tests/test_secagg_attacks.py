@@ -7,13 +7,13 @@ import logging
 
 import numpy as np
 import pytest
-
 from fedleak.attacks.secagg import (
     ATTACKS,
     CLIENT_SEED,
     REQUIRED_ATTACKS,
     run_secagg_attacks,
 )
+
 from fedleak.errors import ConfigError
 from fedleak.secagg.constants import Refusal
 
@@ -112,13 +112,13 @@ def _update(partition: int, tag: int) -> dict[str, np.ndarray]:
 
 
 def _client_app():
+    from fedleak.clients import add_identify_handler
+    from fedleak.clients.secagg import make_secagg_mod
+    from fedleak.strategies.malicious_secagg import ATTACK_TAG
     from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
 
     from fedleak import protocol
-    from fedleak.clients import add_identify_handler
-    from fedleak.clients.secagg import make_secagg_mod
-    from fedleak.strategies.malicious_secagg import ATTACK_TAG
 
     app = ClientApp(mods=[make_secagg_mod(accept_thesis=True)])
 
@@ -151,10 +151,9 @@ def _check(outcomes: dict[tuple[str, str], bool]) -> None:
 
 @pytest.mark.usefixtures("task_identity")
 def test_the_malicious_strategy_over_an_in_process_grid() -> None:
+    from fedleak.strategies.malicious_secagg import MaliciousSecureAggregation
     from flower_fakes import LocalGrid
     from flwr.app import ConfigRecord
-
-    from fedleak.strategies.malicious_secagg import MaliciousSecureAggregation
 
     grid = LocalGrid(_client_app(), {5000 + 3 * p: p for p in range(8)})
     strategy = MaliciousSecureAggregation(truth=_update)
@@ -168,11 +167,10 @@ def test_the_malicious_strategy_over_an_in_process_grid() -> None:
 
 @pytest.mark.slow
 def test_the_malicious_strategy_in_a_flower_simulation() -> None:
+    from fedleak.strategies.malicious_secagg import MaliciousSecureAggregation
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
-
-    from fedleak.strategies.malicious_secagg import MaliciousSecureAggregation
 
     played: dict[str, MaliciousSecureAggregation] = {}
     server = ServerApp()
