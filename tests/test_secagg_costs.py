@@ -9,7 +9,7 @@ from fedleak.secagg.costs import measure_costs, measure_round
 
 
 def test_measure_costs_reports_both_modes_the_floor_and_ratios() -> None:
-    (row,) = measure_costs(((5, 2000),), repeats=1)
+    (row,) = measure_costs(((5, 2000),), repeats=2)
     assert (row["n_clients"], row["length"]) == (5, 2000)
     double, thesis, floor = row["double-masking"], row["thesis"], row["floor"]
     for measured in (double, thesis):
@@ -32,7 +32,9 @@ def test_measure_costs_reports_both_modes_the_floor_and_ratios() -> None:
     assert all(v > 0 for v in row["ratios"].values())
 
 
-def test_measure_validates() -> None:
+def test_measure_round_and_validation() -> None:
+    single = measure_round(4, 100, "double-masking", repeats=1)
+    assert single["exchanges_per_round"] == 2 and single["max_abs_error"] < 1e-5
     with pytest.raises(ConfigError):
         measure_costs(((2, 10),))
     with pytest.raises(ConfigError):
