@@ -295,7 +295,7 @@ class AggregationRound:
         self._closed = False
         self._finished: RoundResult | None = None
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ internals
     def _count(self, direction: dict[str, int], stage: str, n: int) -> None:
         direction[stage] = direction.get(stage, 0) + n
 
