@@ -1,129 +1,200 @@
 """Client side of fedleak's secure aggregation, as a Flower mod.
 
 ``ClientApp(mods=[secagg_mod])`` makes any unchanged ClientApp train function
-take part in :class:`fedleak.strategies.SecureAggregation`. A mod cannot add
-message types, so the protocol rides on plain ``train`` messages carrying a
-``fedleak-secagg`` ConfigRecord (:mod:`fedleak.protocol`); messages without it
+take part in :class:`fedleak.strategies.SecureAggregation`. The protocol is
+:mod:`fedleak.secagg`'s :class:`~fedleak.secagg.client.ClientSession`; this
+module only carries its records. A mod cannot add message types, so the
+protocol rides on plain ``train`` messages carrying a
+:data:`~fedleak.secagg.constants.RECORD` ConfigRecord; messages without it
 pass through untouched.
 
-- ``advertise``: a fresh X25519 key pair from the OS CSPRNG; the secret stays
-  in ``Context.state``, the public key goes to the server. The train function
-  is not called.
-- ``upload``: the record is removed, the train function runs as usual, and its
-  reply (one ArrayRecord, one MetricRecord) becomes one vector — arrays in the
-  server's layout, the chosen metrics, the weight and the count of clipped
-  values — fixed-point encoded, weighted (``n_k`` for averages) and masked
-  with the group's pairwise masks (seed 000 Ch. 4.1, step 2). Nothing else
-  leaves the node.
-- ``recover``: the blinding shared with the dropped members (step 4).
+- ``advertise``: a fresh X25519 key pair (OS CSPRNG); the secret stays in
+  ``Context.state``, the public key goes to the server. The train function is
+  not called.
+- ``upload``: the request is checked against the client's guards *before*
+  training (a refusal is replied by name and the train function is not
+  called); then the train function runs as usual and its reply (one
+  ArrayRecord, one MetricRecord) becomes one vector -- arrays in the server's
+  layout, the chosen metrics, the weight and the count of clipped values --
+  fixed-point encoded, weighted (``n_k`` for averages) and masked. Nothing
+  else leaves the node.
+- ``unmask``: the shares for online peers and the masks shared with dropped
+  ones (never both for one peer, once per round).
+
+The client's guards (:class:`~fedleak.secagg.client.ClientGuards`: floors on
+group size and online members, default 3; thesis mode opt-in) are a setting
+of the mod, :func:`make_secagg_mod`; no message can lower them.
+
+The session lives in ``Context.state`` as an explicitly serialised record
+(:meth:`fedleak.secagg.client.ClientState.to_record`), holding one session
+and its pending round: a request for another session or round is refused by
+name, and the server re-keys a node whose upload did not count. Flower's
+simulation engine may run a node's next message on another actor while a
+late one still runs, and writes back whichever state finishes last; a stale
+write can roll the session's last round back and let a replayed upload
+request through. In double-masking mode the replayed upload carries a fresh
+self-mask whose shares the peers (which already unmasked that round) do not
+reveal; in thesis mode it would leak the difference of the two inputs. The
+deployment engine runs one message per node at a time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.clientapp.typing import ClientAppCallable
+from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from fedleak import protocol
 from fedleak.errors import ProtocolError
-from fedleak.secagg import FixedPoint, KeyPair, mask, recovery
+from fedleak.secagg import FixedPoint
+from fedleak.secagg.client import (
+    ClientGuards,
+    ClientSession,
+    ClientState,
+    Refused,
+    UploadPlan,
+    refusal_reply,
+)
+from fedleak.secagg.constants import (
+    ENCODING_RECORD,
+    RECORD,
+    STATE_RECORD,
+    Key,
+    Refusal,
+    Stage,
+)
 from fedleak.secagg.layout import RAW_SLOTS, VectorLayout
+from fedleak.secagg.records import Record
 
-__all__ = ["QUANTISATION_STATE", "secagg_mod"]
+__all__ = [
+    "QUANTISATION_STATE",
+    "load_session",
+    "make_secagg_mod",
+    "run_secagg_stage",
+    "save_session",
+    "secagg_mod",
+]
 
-_STATE = "fedleak.secagg"
 QUANTISATION_STATE = "fedleak.secagg.quantisation"
 """``context.state`` key of the current upload's fixed point, written before the
 wrapped ClientApp trains: ``round``, ``scale``, ``clip``, ``group-size`` and
 ``weighted`` (a client reading its own contribution out of the aggregate,
 e.g. :class:`fedleak.clients.membership.EmbeddingMembershipAdversary`,
 bounds the rounding of the decoded sum with them); removed when it returns."""
-_KEY_BYTES = 32
+
+#: ``encode(plan) -> words``: the vector to mask for an accepted upload plan,
+#: or a Message (e.g. the train function's error reply) to return as is.
+EncodeFn = Callable[[UploadPlan], "np.ndarray | Message"]
 
 
-def _state(context: Context) -> ConfigRecord:
-    if _STATE not in context.state.config_records:
-        context.state[_STATE] = ConfigRecord()
-    return context.state.config_records[_STATE]
+def load_session(
+    context: Context, own_id: int, guards: ClientGuards
+) -> ClientSession | None:
+    """Return the node's session from ``context.state``, or None if it has none."""
+    record = context.state.config_records.get(STATE_RECORD)
+    if record is None:
+        return None
+    return ClientSession(own_id, ClientState.from_record(dict(record)), guards)
 
 
-def _keypair(state: ConfigRecord) -> KeyPair:
-    secret = state.get("secret")
-    if not isinstance(secret, bytes):
-        raise ProtocolError(
-            "no secure-aggregation key on this node: the server skipped setup"
-        )
-    return KeyPair.from_secret(secret)
+def save_session(context: Context, session: ClientSession) -> None:
+    """Write the session's state to ``context.state`` (explicitly serialised)."""
+    context.state[STATE_RECORD] = ConfigRecord(dict(session.state.to_record()))
 
 
-def _peers(record: ConfigRecord) -> dict[int, bytes]:
-    ids = record.get(protocol.SECAGG_PEERS)
-    keys = record.get(protocol.SECAGG_PEER_KEYS)
-    if not isinstance(ids, bytes) or not isinstance(keys, bytes):
-        raise ProtocolError("upload message lacks the group's members or keys")
-    members = protocol.unpack_ids(ids)
-    if len(keys) != _KEY_BYTES * len(members):
-        raise ProtocolError("upload message: member and key counts differ")
-    return {
-        m: keys[i * _KEY_BYTES : (i + 1) * _KEY_BYTES] for i, m in enumerate(members)
-    }
+def _reply(msg: Message, record: Record) -> Message:
+    return Message(RecordDict({RECORD: ConfigRecord(dict(record))}), reply_to=msg)
 
 
-def _int(record: ConfigRecord, key: str) -> int:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProtocolError(f"secure-aggregation message lacks integer {key!r}")
-    return value
+def run_secagg_stage(
+    msg: Message, context: Context, guards: ClientGuards, encode: EncodeFn
+) -> Message:
+    """Run one protocol stage for a message carrying a :data:`RECORD`.
+
+    Shared by the model mod and the sketch ClientApp: the engine's session
+    lives in ``context.state``; ``encode`` produces the vector to mask once the
+    upload request passed the guards.
+
+    Parameters
+    ----------
+    msg : flwr.app.Message
+        The request.
+    context : flwr.app.Context
+        The node's context.
+    guards : ClientGuards
+        The client's own floors.
+    encode : callable
+        ``encode(plan)``: the words to mask, or a Message to return as is.
+
+    Returns
+    -------
+    flwr.app.Message
+        The protocol reply, a named refusal, or what ``encode`` returned.
+
+    Raises
+    ------
+    ProtocolError
+        On a malformed request (Flower turns it into an error reply).
+    """
+    request = dict(msg.content.config_records[RECORD])
+    stage = request.get(Key.STAGE)
+    own = msg.metadata.dst_node_id
+    try:
+        if stage == Stage.ADVERTISE:
+            session = ClientSession.start(own, guards)
+            save_session(context, session)
+            return _reply(msg, session.advertise_reply())
+        if stage not in (Stage.UPLOAD, Stage.UNMASK):
+            raise ProtocolError(f"unknown secure-aggregation stage {stage!r}")
+        loaded = load_session(context, own, guards)
+        if loaded is None:
+            raise Refused(
+                Refusal.UNKNOWN_SESSION,
+                "this node has no secure-aggregation session (its state was "
+                "lost); advertise again",
+            )
+        if stage == Stage.UPLOAD:
+            plan = loaded.plan_upload(request)
+            vector = encode(plan)
+            if isinstance(vector, Message):
+                return vector
+            answer = loaded.upload(plan, vector)
+        else:
+            answer = loaded.unmask(request)
+        save_session(context, loaded)
+        return _reply(msg, answer)
+    except Refused as refused:
+        return _reply(msg, refusal_reply(str(stage), refused))
 
 
 def _float(record: ConfigRecord, key: str) -> float:
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ProtocolError(f"secure-aggregation message lacks number {key!r}")
+        raise ProtocolError(f"secure-aggregation encoding lacks number {key!r}")
     return float(value)
 
 
-def _reply(msg: Message, values: dict[str, Any]) -> Message:
-    record = ConfigRecord(values)
-    return Message(RecordDict({protocol.SECAGG_RECORD: record}), reply_to=msg)
+class _Encoding:
+    """How the server asked to encode the train reply, checked before training."""
 
-
-def _advertise(msg: Message, context: Context) -> Message:
-    keypair = KeyPair.generate(secure_mode=True)
-    _state(context)["secret"] = keypair.secret
-    return _reply(
-        msg,
-        {
-            protocol.SECAGG_STAGE: protocol.STAGE_ADVERTISE,
-            protocol.SECAGG_PUBLIC_KEY: keypair.public,
-        },
-    )
-
-
-class _UploadPlan:
-    """What the server asked for in an upload message, checked before training."""
-
-    def __init__(self, record: ConfigRecord, own_id: int) -> None:
-        self.round = _int(record, protocol.SECAGG_ROUND)
-        self.group = _int(record, "group")
-        self.peers = _peers(record)
-        if own_id not in self.peers:
-            raise ProtocolError(
-                f"this node ({own_id}) is not a member of its announced group"
-            )
+    def __init__(self, record: ConfigRecord, plan: UploadPlan) -> None:
         self.layout = VectorLayout.from_config(record)
-        self.weighted = record.get("mode") == "weighted"
+        self.weighted = record.get("weighted") is True
+        if record.get(Key.MODULUS_BITS) != plan.modulus_bits:
+            raise ProtocolError("the encoding's word size differs from the protocol's")
         self.fixed = FixedPoint(
-            _float(record, "clip"),
-            _float(record, "scale"),
-            _int(record, "modulus-bits"),
+            _float(record, "clip"), _float(record, "scale"), plan.modulus_bits
         )
         self.max_weight = _float(record, "max-weight")
+        if self.layout.length != plan.length:
+            raise ProtocolError(
+                f"the layout has {self.layout.length} words, the protocol {plan.length}"
+            )
         # a server must not make the sum overflow: check before any work
         self.fixed.check_capacity(
-            len(self.peers), self.max_weight if self.weighted else 1.0
+            plan.group_size, self.max_weight if self.weighted else 1.0
         )
 
     def encode(self, reply: Message) -> np.ndarray:
@@ -168,132 +239,103 @@ class _UploadPlan:
         return np.concatenate([encoded, raw])
 
 
-def _upload(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    record = msg.content.config_records[protocol.SECAGG_RECORD]
-    del msg.content[protocol.SECAGG_RECORD]
-    own = msg.metadata.dst_node_id
-    plan = _UploadPlan(record, own)
-    state = _state(context)
-    keypair = _keypair(state)
-    if plan.peers[own] != keypair.public:
-        raise ProtocolError(
-            "the server announced a public key for this node that is not ours"
-        )
-    context.state[QUANTISATION_STATE] = ConfigRecord(
-        {
-            "round": plan.round,
-            "scale": plan.fixed.scale,
-            "clip": plan.fixed.clip,
-            "group-size": len(plan.peers),
-            "weighted": plan.weighted,
-        }
-    )
-    try:
-        reply = call_next(msg, context)
-    finally:
-        del context.state[QUANTISATION_STATE]
-    if reply.has_error():
-        return reply
-    vector = plan.encode(reply)
-    masked = mask(vector, own, keypair, plan.peers, round=plan.round, group=plan.group)
-    state["round"] = plan.round
-    state["group"] = plan.group
-    state[protocol.SECAGG_PEERS] = record[protocol.SECAGG_PEERS]
-    state[protocol.SECAGG_PEER_KEYS] = record[protocol.SECAGG_PEER_KEYS]
-    state["length"] = int(vector.size)
-    state["modulus-bits"] = plan.fixed.modulus_bits
-    state["min-online"] = max(2, _int(record, "min-online"))
-    return _reply(
-        msg,
-        {
-            protocol.SECAGG_STAGE: protocol.STAGE_UPLOAD,
-            protocol.SECAGG_ROUND: plan.round,
-            "group": plan.group,
-            protocol.SECAGG_MASKED: masked.tobytes(),
-        },
+def make_secagg_mod(
+    *, min_group: int = 3, min_online: int = 3, accept_thesis: bool = False
+) -> Mod:
+    """Build the secure-aggregation client mod with the client's own guards.
+
+    Parameters
+    ----------
+    min_group : int, default=3
+        Fewest group members this client masks with (>= 3).
+    min_online : int, default=3
+        Fewest online members for which it answers an unmask request (>= 3;
+        in double-masking mode also at least the threshold plus one).
+    accept_thesis : bool, default=False
+        Take part in ``mode="thesis"`` (the seed's scheme, which leaks a
+        straggler's input to a server that follows the protocol). Without it
+        the client refuses thesis mode (``mode-refused``), so a server cannot
+        downgrade it.
+
+    Returns
+    -------
+    Mod
+        A Flower client mod.
+
+    Raises
+    ------
+    ConfigError
+        If a floor is below 3.
+    """
+    guards = ClientGuards(
+        min_group=min_group, min_online=min_online, accept_thesis=accept_thesis
     )
 
+    def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if msg.metadata.message_type != "train" or (
+            RECORD not in msg.content.config_records
+        ):
+            return call_next(msg, context)
 
-def _recover(msg: Message, context: Context) -> Message:
-    record = msg.content.config_records[protocol.SECAGG_RECORD]
-    round_ = _int(record, protocol.SECAGG_ROUND)
-    state = _state(context)
-    if state.get("round") != round_ or state.get("group") != _int(record, "group"):
-        raise ProtocolError(
-            f"recovery asked for round {round_}, but this node last uploaded in round "
-            f"{state.get('round')!r}"
-        )
-    dropped_packed = record.get(protocol.SECAGG_DROPPED)
-    if not isinstance(dropped_packed, bytes):
-        raise ProtocolError("recovery message lacks the dropped members")
-    if state.get("recovered-round") == round_:
-        # a second recovery with another dropped set would reveal single
-        # pairwise masks, and with them a late upload: refuse
-        raise ProtocolError(f"recovery for round {round_} was already sent")
-    peers = _peers(state)
-    dropped = protocol.unpack_ids(dropped_packed)
-    online = len(set(peers) - set(dropped))
-    if online < _int(state, "min-online"):
-        raise ProtocolError(
-            f"recovery refused: only {online} group members would remain online, "
-            f"fewer than {_int(state, 'min-online')}"
-        )
-    bits = _int(state, "modulus-bits")
-    k_prime = recovery(
-        msg.metadata.dst_node_id,
-        _keypair(state),
-        peers,
-        dropped,
-        round=round_,
-        group=_int(state, "group"),
-        length=_int(state, "length"),
-        dtype=np.uint32 if bits == 32 else np.uint64,
+        def encode(plan: UploadPlan) -> np.ndarray | Message:
+            if ENCODING_RECORD not in msg.content.config_records:
+                raise ProtocolError("upload request lacks its encoding record")
+            encoding = _Encoding(msg.content.config_records[ENCODING_RECORD], plan)
+            del msg.content[RECORD]
+            del msg.content[ENCODING_RECORD]
+            context.state[QUANTISATION_STATE] = ConfigRecord(
+                {
+                    "round": plan.round,
+                    "scale": encoding.fixed.scale,
+                    "clip": encoding.fixed.clip,
+                    "group-size": plan.group_size,
+                    "weighted": encoding.weighted,
+                }
+            )
+            try:
+                reply = call_next(msg, context)
+            finally:
+                del context.state[QUANTISATION_STATE]
+            if reply.has_error():
+                return reply
+            return encoding.encode(reply)
+
+        return run_secagg_stage(msg, context, guards, encode)
+
+    mod.__doc__ = (
+        f"fedleak's secure-aggregation client mod (min_group={min_group}, "
+        f"min_online={min_online}, accept_thesis={accept_thesis})."
     )
-    state["recovered-round"] = round_
-    return _reply(
-        msg,
-        {
-            protocol.SECAGG_STAGE: protocol.STAGE_RECOVER,
-            protocol.SECAGG_ROUND: round_,
-            protocol.SECAGG_MASKED: k_prime.tobytes(),
-        },
-    )
+    return mod
 
 
 def secagg_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """Flower client mod running fedleak's secure-aggregation client.
+    """Flower client mod running fedleak's secure-aggregation client (default guards).
+
+    Floors of 3 group members and 3 online members; double-masking mode only
+    (thesis mode needs ``make_secagg_mod(accept_thesis=True)``).
 
     Parameters
     ----------
     msg : flwr.app.Message
         The incoming message.
     context : flwr.app.Context
-        The node's context (its ``state`` keeps the secret key).
+        The node's context (its ``state`` keeps the session).
     call_next : callable
         The wrapped ClientApp function.
 
     Returns
     -------
     flwr.app.Message
-        The protocol reply, or the unchanged reply of ``call_next`` for
-        messages that are not part of the protocol.
+        The protocol reply or named refusal, or the unchanged reply of
+        ``call_next`` for messages that are not part of the protocol.
 
     Raises
     ------
     ProtocolError
         On a malformed protocol message (Flower turns it into an error reply).
     """
-    if msg.metadata.message_type != "train" or (
-        protocol.SECAGG_RECORD not in msg.content.config_records
-    ):
-        return call_next(msg, context)
-    stage = msg.content.config_records[protocol.SECAGG_RECORD].get(
-        protocol.SECAGG_STAGE
-    )
-    if stage == protocol.STAGE_ADVERTISE:
-        return _advertise(msg, context)
-    if stage == protocol.STAGE_UPLOAD:
-        return _upload(msg, context, call_next)
-    if stage == protocol.STAGE_RECOVER:
-        return _recover(msg, context)
-    raise ProtocolError(f"unknown secure-aggregation stage {stage!r}")
+    return _DEFAULT_MOD(msg, context, call_next)
+
+
+_DEFAULT_MOD = make_secagg_mod()

@@ -1,36 +1,42 @@
-"""Pairwise-mask secure aggregation around any sum-based strategy (seed 000 Ch. 4.1).
+"""Secure aggregation around any sum-based strategy (seed 000 Ch. 4.1; Bonawitz et al.).
 
 :class:`SecureAggregation` wraps a strategy the way Flower's DP wrappers do
 (it subclasses ``Strategy``, holds the inner strategy and inherits
-``start()``) and runs the protocol of :mod:`fedleak.secagg` inside one Flower
-round, through the Grid:
+``start()``) and carries the records of :mod:`fedleak.secagg`'s protocol
+engine (:class:`~fedleak.secagg.server.ServerSession`) through the Grid:
 
-1. **Setup** (only for nodes without a key in this session): a ``train``
-   message with stage ``advertise``; the client's mod answers with a fresh
-   X25519 public key. Keys are reused in later rounds (the seed's setup
-   phase); masks are fresh every round (the round number is part of every
-   mask seed).
-2. **Upload**: the inner strategy's own train messages, plus the member ids
-   and public keys of the client's group, the fixed-point parameters and the
-   layout. The client trains as usual; the mod replaces its reply by the
-   masked vector (model, chosen metrics, weight and clip count).
-3. **Recovery** (only if members of a group dropped): the online members get
-   the dropped ids and return the blinding they shared with them.
+1. **Setup** (only for nodes without a session): a ``train`` message with
+   stage ``advertise``; the client's mod answers with a fresh X25519 public
+   key. Sessions last across rounds; masks are fresh every round.
+2. **Upload**: the inner strategy's own train messages, plus the engine's
+   upload request (the group's members and keys, the mode, the threshold)
+   and the encoding (fixed point, layout). The client trains as usual; the
+   mod replies with only the masked vector (and, double masking, the sealed
+   self-mask shares).
+3. **Unmask** (double masking: every round; thesis mode: only when members
+   of a group dropped): the online members reveal the self-mask shares of
+   online peers and the masks shared with dropped ones.
 
-The server then decodes the groups' sums, adds them in the clear, and hands
-the inner strategy a single reply that stands for all contributors: the sum
-of the gradients (``SyncSGD``) or the weighted mean ``sum n_k theta_k / sum n_k``
-with weight ``sum n_k`` (``ModelAveraging``, Flower's ``FedAvg`` and its
-subclasses). Strategies that need individual updates (Krum, median, trimmed
-mean, Bulyan, q-FedAvg, XGBoost bagging, server-side DP clipping) are refused.
+The server decodes the groups' sums, adds them in the clear, and hands the
+inner strategy a single reply that stands for all contributors: the sum of
+the gradients (``SyncSGD``) or the weighted mean ``sum n_k theta_k / sum
+n_k`` with weight ``sum n_k`` (``ModelAveraging``, Flower's ``FedAvg`` and
+its subclasses). Strategies that need individual updates (Krum, median,
+trimmed mean, Bulyan, q-FedAvg, XGBoost bagging, server-side DP clipping)
+are refused.
+
+Exchanges per round: 1 (thesis) or 2 (double masking), plus 1 when nodes
+need a session and 1 in thesis mode when members dropped; Flower's
+SecAgg+ uses 4.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from logging import ERROR, INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -55,18 +61,19 @@ from flwr.serverapp.strategy import (
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, ProtocolError
-from fedleak.secagg import (
-    FixedPoint,
-    GroupTally,
-    assign_groups,
-)
+from fedleak.secagg import FixedPoint
+from fedleak.secagg.client import Refused
+from fedleak.secagg.constants import ENCODING_RECORD, RECORD, Key, Mode, Refusal
 from fedleak.secagg.layout import VectorLayout, to_signed
+from fedleak.secagg.records import Record
+from fedleak.secagg.server import AggregationRound, RoundResult, ServerSession
+from fedleak.secagg.settings import ProtocolSettings
 
 from .base import arrays_to_numpy, numpy_to_arrays
 from .model_averaging import ModelAveraging
 from .sync_sgd import SyncSGD
 
-__all__ = ["SecureAggregation"]
+__all__ = ["CONFIG_REFUSALS", "SecureAggregation", "exchange_records"]
 
 _NEEDS_INDIVIDUAL_UPDATES = (
     Bulyan,
@@ -83,8 +90,20 @@ _PASS_THROUGH_WRAPPERS = (
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyClientSideAdaptiveClipping,
 )
-_KEY_BYTES = 32
 _MIN_AUTO_SCALE = 2.0**20
+#: Refusals that mean the clients' settings and the server's disagree: when
+#: every sampled client refuses with one of them, no round can ever succeed
+#: and the run stops with a ConfigError instead of failing round after round.
+CONFIG_REFUSALS = (
+    Refusal.MODE_REFUSED,
+    Refusal.GROUP_TOO_SMALL,
+    Refusal.THRESHOLD_TOO_LOW,
+    Refusal.THRESHOLD_UNREACHABLE,
+)
+_SAMPLING_HINT = (
+    "the inner strategy's sampling (fraction_train, min_train_nodes or the "
+    "number of connected nodes)"
+)
 
 
 def _innermost(strategy: Strategy) -> Strategy:
@@ -105,29 +124,89 @@ def _innermost(strategy: Strategy) -> Strategy:
     return strategy
 
 
+def exchange_records(
+    grid: Grid,
+    requests: Mapping[int, Record],
+    *,
+    message_type: str,
+    timeout: float,
+    group_id: str = "",
+    extra: Mapping[int, Mapping[str, ArrayRecord | ConfigRecord]] | None = None,
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Send one protocol record per node and collect the replies' records.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The grid.
+    requests : Mapping of int to Record
+        Node id -> the engine's request.
+    message_type : str
+        Flower message type (``"train"`` for the mod, a ``query`` type for
+        the sketch ClientApp).
+    timeout : float
+        Seconds to wait.
+    group_id : str, optional
+        Flower group id of the messages.
+    extra : Mapping, optional
+        Node id -> further records to put beside the protocol record.
+
+    Returns
+    -------
+    replies : dict of int to dict
+        Node id -> the reply's protocol record, for nodes that answered.
+    failures : dict of int to str
+        Node id -> why there is no usable reply (error, no record, no reply).
+    """
+    messages = []
+    for node, request in requests.items():
+        content = RecordDict({RECORD: ConfigRecord(dict(request))})
+        for name, record in (extra or {}).get(node, {}).items():
+            content[name] = record
+        messages.append(
+            Message(
+                content, dst_node_id=node, message_type=message_type, group_id=group_id
+            )
+        )
+    replies: dict[int, dict[str, Any]] = {}
+    failures: dict[int, str] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = reply.metadata.src_node_id
+        if node not in requests:
+            log(WARNING, "secure aggregation: unexpected reply from node %d", node)
+            continue
+        if reply.has_error():
+            failures[node] = f"error reply: {reply.error.reason}"
+            continue
+        answer = reply.content.config_records.get(RECORD)
+        if answer is None:
+            failures[node] = f"reply without its {RECORD!r} record"
+            continue
+        replies[node] = dict(answer)
+    for node in requests:
+        if node not in replies and node not in failures:
+            failures[node] = "no reply"
+    return replies, failures
+
+
 @dataclass
 class _Round:
     """Server-side state of one secure round."""
 
-    number: int
+    aggregation: AggregationRound
     layout: VectorLayout
     fixed: FixedPoint
-    groups: list[list[int]]
-    tallies: list[GroupTally]
     sampled: list[int]
-    excluded: list[int]
+    exchanges: int
+    advertise_bytes: int = 0
     template: Message | None = None
-    bytes_up: dict[str, int] = field(default_factory=dict)
-    bytes_down: dict[str, int] = field(default_factory=dict)
-
-    def add_bytes(self, direction: dict[str, int], stage: str, count: int) -> None:
-        direction[stage] = direction.get(stage, 0) + count
 
 
 class SecureAggregation(Strategy):
-    """Pairwise-mask secure aggregation wrapper (seed 000 Ch. 4.1, Fig. 4.1).
+    """Secure aggregation wrapper: double masking, or the seed's scheme as a mode.
 
-    Use it with :func:`fedleak.clients.secagg_mod` on the ClientApp.
+    Use it with :func:`fedleak.clients.secagg_mod` (or
+    :func:`fedleak.clients.secagg.make_secagg_mod`) on the ClientApp.
 
     Parameters
     ----------
@@ -136,6 +215,16 @@ class SecureAggregation(Strategy):
         ``ModelAveraging`` or Flower's ``FedAvg`` family (secure weighted
         average: clients upload ``n_k * theta_k`` and ``n_k``), optionally inside
         Flower's client-side DP wrappers.
+    mode : {"double-masking", "thesis"}, default="double-masking"
+        Double masking (Bonawitz et al. 2017) hides a client even from a
+        server that keeps late uploads or claims uploaded clients dropped;
+        ``"thesis"`` is the seed's scheme (seed 000 Ch. 4.1, Table 4.1's
+        bytes), safe only against an honest server with no stragglers, and
+        needs clients built with ``make_secagg_mod(accept_thesis=True)``.
+    threshold : float, default=0.5
+        Double masking: the Shamir threshold as a fraction of a group of
+        ``n``, ``t = floor(threshold * n) + 1`` (in ``[0.5, 1)``); a group
+        tolerates ``n - t - 1`` dropouts.
     clip : float, default=8.0
         Values (weights, gradients, metrics) are clipped to ``[-clip, clip]``
         before fixed-point encoding; clipped entries are counted (securely) and
@@ -152,24 +241,33 @@ class SecureAggregation(Strategy):
         Upper bound on a client's weight ``n_k`` (weighted averages only,
         default 10,000); a client above it fails its upload with a clear error.
     group_size : int, optional
-        Clients per group (the seed recommends 100-1,000); groups are summed
-        separately and combined in the clear. Default: one group.
+        Largest group (the seed recommends 100-1,000); groups are summed
+        separately and combined in the clear. Default: one group. Groups are
+        never made smaller than the smallest decryptable group.
     min_online : int, default=3
-        A group with fewer online members is not decrypted (the seed: at least
-        3, otherwise there is no privacy for the online users).
+        A group with fewer online members is not decrypted (>= 3: with two,
+        each learns the other's input).
     metric_names : sequence of str, default=()
         Client metrics to aggregate securely (weighted like the model). Other
         metrics never leave the client.
     seed : int, default=0
         Seed of the group assignment (masks are always from the OS CSPRNG).
     timeout : float, default=120.0
-        Seconds to wait for the key-advertisement and recovery replies.
+        Seconds to wait for the key-advertisement and unmask replies.
+
+    Raises
+    ------
+    ConfigError
+        If the inner strategy needs individual updates, or a setting means no
+        group could ever be decrypted (naming it).
     """
 
     def __init__(
         self,
         strategy: Strategy,
         *,
+        mode: Mode = "double-masking",
+        threshold: float = 0.5,
         clip: float = 8.0,
         scale: float | None = None,
         modulus_bits: int | None = None,
@@ -184,6 +282,9 @@ class SecureAggregation(Strategy):
         self.strategy = strategy
         self.aggregator = _innermost(strategy)
         self.weighted = not isinstance(self.aggregator, SyncSGD)
+        self.settings = ProtocolSettings(
+            mode=mode, min_online=min_online, threshold=threshold, group_size=group_size
+        )
         if not clip > 0:
             raise ConfigError(f"clip must be > 0, got {clip}")
         if scale is not None and not scale > 0:
@@ -192,10 +293,20 @@ class SecureAggregation(Strategy):
             raise ConfigError(f"modulus_bits must be 32 or 64, got {modulus_bits}")
         if max_weight is not None and not max_weight >= 1:
             raise ConfigError(f"max_weight must be >= 1, got {max_weight}")
-        if group_size is not None and group_size < 3:
-            raise ConfigError(f"group_size must be >= 3, got {group_size}")
-        if min_online < 2:
-            raise ConfigError(f"min_online must be >= 2, got {min_online}")
+        names = list(metric_names)
+        if any(not isinstance(m, str) or not m for m in names) or len(
+            set(names)
+        ) != len(names):
+            raise ConfigError(
+                f"metric_names must be distinct non-empty strings, got {names!r}"
+            )
+        if protocol.NUM_EXAMPLES in names:
+            raise ConfigError(
+                f"metric_names: {protocol.NUM_EXAMPLES!r} is the weight, which is "
+                "always summed; leave it out"
+            )
+        self.mode = self.settings.mode
+        self.threshold = self.settings.threshold
         self.clip = float(clip)
         self.scale = scale
         self.modulus_bits = modulus_bits
@@ -204,16 +315,20 @@ class SecureAggregation(Strategy):
         )
         self.group_size = group_size
         self.min_online = min_online
-        self.metric_names = tuple(metric_names)
+        self.metric_names = tuple(names)
         self.seed = seed
         self.timeout = timeout
-        self.public_keys: dict[int, bytes] = {}
-        self._counter = 0
+        self.session = ServerSession(self.settings, seed=seed)
         self._grid: Grid | None = None
         self._round: _Round | None = None
 
     def __repr__(self) -> str:
-        return f"SecureAggregation({self.strategy!r})"
+        return f"SecureAggregation({self.strategy!r}, mode={self.mode!r})"
+
+    @property
+    def public_keys(self) -> dict[int, bytes]:
+        """Node id -> session public key, for the nodes with a session."""
+        return dict(self.session.keys)
 
     # -------------------------------------------------------------- setup
     def fixed_point(self, group_size: int) -> FixedPoint:
@@ -245,111 +360,69 @@ class SecureAggregation(Strategy):
         fixed.check_capacity(group_size, weight)
         return fixed
 
-    def _advertise(self, grid: Grid, nodes: list[int], state: _Round) -> None:
-        record = ConfigRecord(
-            {
-                protocol.SECAGG_STAGE: protocol.STAGE_ADVERTISE,
-                protocol.SECAGG_ROUND: state.number,
-            }
+    def _advertise(self, grid: Grid, nodes: list[int], group_id: str) -> None:
+        request = self.session.advertise_request()
+        replies, failures = exchange_records(
+            grid,
+            dict.fromkeys(nodes, request),
+            message_type="train",
+            timeout=self.timeout,
+            group_id=group_id,
         )
-        messages = [
-            Message(
-                RecordDict({protocol.SECAGG_RECORD: record}),
-                dst_node_id=n,
-                message_type="train",
+        for node, reason in failures.items():
+            log(
+                WARNING,
+                "secure aggregation: node %d failed key advertisement: %s",
+                node,
+                reason,
             )
-            for n in nodes
-        ]
-        for reply in grid.send_and_receive(messages, timeout=self.timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                log(
-                    WARNING,
-                    "secure aggregation: node %d failed key advertisement",
-                    node,
-                )
-                continue
-            answer = reply.content.config_records.get(protocol.SECAGG_RECORD)
-            key = None if answer is None else answer.get(protocol.SECAGG_PUBLIC_KEY)
-            if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
-                log(
-                    WARNING,
-                    "secure aggregation: node %d sent no valid public key",
-                    node,
-                )
-                continue
-            self.public_keys[node] = key
-            state.add_bytes(state.bytes_up, "advertise", _KEY_BYTES)
+        for node, reply in replies.items():
+            try:
+                self.session.add_advertisement(node, reply)
+            except ProtocolError as err:
+                log(WARNING, "secure aggregation: %s", err)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Let the inner strategy sample, set up keys and groups, attach them."""
+        """Let the inner strategy sample, open sessions, attach the protocol."""
         self._grid = grid
         inner = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        self._counter += 1
         if not inner:
             self._round = None
             return []
         sampled = [m.metadata.dst_node_id for m in inner]
+        self.settings.check_count(len(sampled), _SAMPLING_HINT)
         layout = VectorLayout.of(arrays_to_numpy(arrays), self.metric_names)
-        largest = (
-            len(sampled)
-            if self.group_size is None
-            else min(self.group_size, len(sampled))
+        fixed = self.fixed_point(self.settings.largest_group(len(sampled)))
+        exchanges = 1
+        missing = self.session.missing_keys(sampled)
+        if missing:
+            self._advertise(grid, missing, str(server_round))
+            exchanges += 1
+        aggregation = self.session.begin_round(
+            sampled, length=layout.length, modulus_bits=fixed.modulus_bits
         )
-        fixed = self.fixed_point(largest)
-        state = _Round(self._counter, layout, fixed, [], [], sampled, [])
-        missing_keys = [n for n in sampled if n not in self.public_keys]
-        if missing_keys:
-            self._advertise(grid, missing_keys, state)
-        members = [n for n in sampled if n in self.public_keys]
-        state.excluded = [n for n in sampled if n not in self.public_keys]
-        state.groups = assign_groups(
-            members, self.group_size, np.random.default_rng([self.seed, self._counter])
+        state = _Round(aggregation, layout, fixed, sampled, exchanges)
+        encoding = ConfigRecord(
+            {
+                "weighted": self.weighted,
+                "clip": fixed.clip,
+                "scale": float(fixed.scale),
+                Key.MODULUS_BITS: fixed.modulus_bits,
+                "max-weight": self.max_weight,
+                **layout.to_config(),
+            }
         )
-        state.tallies = [
-            GroupTally(
-                round=state.number,
-                group=g,
-                members=group,
-                length=layout.length,
-                dtype=fixed.dtype,
-                min_online=self.min_online,
-            )
-            for g, group in enumerate(state.groups)
-        ]
-        group_of = {n: g for g, group in enumerate(state.groups) for n in group}
-        common = {
-            protocol.SECAGG_STAGE: protocol.STAGE_UPLOAD,
-            protocol.SECAGG_ROUND: state.number,
-            "mode": "weighted" if self.weighted else "sum",
-            "clip": fixed.clip,
-            "scale": float(fixed.scale),
-            "modulus-bits": fixed.modulus_bits,
-            "max-weight": self.max_weight,
-            "min-online": self.min_online,
-            **layout.to_config(),
-        }
         out = []
+        grouped = set(aggregation.group_of)
         for message in inner:
             node = message.metadata.dst_node_id
-            if node not in group_of:
+            if node not in grouped:
                 continue
-            group = state.groups[group_of[node]]
-            record = ConfigRecord(
-                {
-                    **common,
-                    "group": group_of[node],
-                    protocol.SECAGG_PEERS: protocol.pack_ids(group),
-                    protocol.SECAGG_PEER_KEYS: b"".join(
-                        self.public_keys[n] for n in group
-                    ),
-                }
-            )
-            state.add_bytes(state.bytes_down, "keys", len(group) * (_KEY_BYTES + 8))
             content = RecordDict(dict(message.content.items()))
-            content[protocol.SECAGG_RECORD] = record
+            content[RECORD] = ConfigRecord(dict(aggregation.upload_request(node)))
+            content[ENCODING_RECORD] = encoding
             out.append(
                 Message(
                     content,
@@ -361,86 +434,42 @@ class SecureAggregation(Strategy):
         self._round = state
         log(
             INFO,
-            "secure aggregation round %d: %d groups, %d clients, scale 2^%.0f, "
+            "secure aggregation round %d (%s): %d groups, %d clients, scale 2^%.0f, "
             "mod 2^%d",
-            state.number,
-            len(state.groups),
-            len(members),
+            aggregation.number,
+            self.mode,
+            len(aggregation.groups),
+            len(grouped),
             np.log2(fixed.scale),
             fixed.modulus_bits,
         )
         return out
 
     # -------------------------------------------------------------- aggregation
-    def _read_upload(self, state: _Round, message: Message) -> None:
-        node = message.metadata.src_node_id
-        record = message.content.config_records.get(protocol.SECAGG_RECORD)
-        if record is None:
-            raise ProtocolError(
-                f"reply from node {node} has no {protocol.SECAGG_RECORD!r} record: "
-                "add fedleak.clients.secagg_mod to the ClientApp's mods"
-            )
-        if record.get(protocol.SECAGG_STAGE) != protocol.STAGE_UPLOAD:
-            raise ProtocolError(f"reply from node {node} is not an upload")
-        group = record.get("group")
-        if not isinstance(group, int) or not 0 <= group < len(state.tallies):
-            raise ProtocolError(f"reply from node {node} names unknown group {group!r}")
-        masked = record.get(protocol.SECAGG_MASKED)
-        if not isinstance(masked, bytes):
-            raise ProtocolError(f"reply from node {node} holds no masked vector")
-        round_ = record.get(protocol.SECAGG_ROUND)
-        if not isinstance(round_, int):
-            raise ProtocolError(f"reply from node {node} has no round number")
-        itemsize = state.fixed.dtype.itemsize
-        if len(masked) % itemsize:
-            raise ProtocolError(
-                f"masked vector from node {node} is not a whole number of words"
-            )
-        vector = np.frombuffer(masked, dtype=state.fixed.dtype)
-        state.tallies[group].add_upload(node, round_, vector)
-        state.add_bytes(state.bytes_up, "upload", len(masked))
-
-    def _recover(
-        self, state: _Round, g: int, online: list[int], dropped: list[int]
-    ) -> None:
+    def _unmask(self, state: _Round, group_id: str) -> None:
         assert self._grid is not None
-        tally = state.tallies[g]
-        record = ConfigRecord(
-            {
-                protocol.SECAGG_STAGE: protocol.STAGE_RECOVER,
-                protocol.SECAGG_ROUND: state.number,
-                "group": g,
-                protocol.SECAGG_DROPPED: protocol.pack_ids(dropped),
-            }
+        aggregation = state.aggregation
+        requests = aggregation.unmask_requests()
+        if not requests:
+            return
+        state.exchanges += 1
+        replies, failures = exchange_records(
+            self._grid,
+            requests,
+            message_type="train",
+            timeout=self.timeout,
+            group_id=group_id,
         )
-        messages = [
-            Message(
-                RecordDict({protocol.SECAGG_RECORD: record}),
-                dst_node_id=n,
-                message_type="train",
+        for node, reason in failures.items():
+            log(
+                WARNING,
+                "secure aggregation: node %d failed the unmask stage: %s",
+                node,
+                reason,
             )
-            for n in online
-        ]
-        state.add_bytes(state.bytes_down, "recover", len(online) * 8 * len(dropped))
-        for reply in self._grid.send_and_receive(messages, timeout=self.timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                log(WARNING, "secure aggregation: node %d failed recovery", node)
-                continue
-            answer = reply.content.config_records.get(protocol.SECAGG_RECORD)
-            data = None if answer is None else answer.get(protocol.SECAGG_MASKED)
+        for node, reply in replies.items():
             try:
-                if (
-                    not isinstance(data, bytes)
-                    or len(data) % state.fixed.dtype.itemsize
-                ):
-                    raise ProtocolError(
-                        f"recovery from node {node} holds no valid vector"
-                    )
-                tally.add_recovery(
-                    node, state.number, np.frombuffer(data, dtype=state.fixed.dtype)
-                )
-                state.add_bytes(state.bytes_up, "recover", len(data))
+                aggregation.add_unmask(node, reply)
             except ProtocolError as err:
                 log(WARNING, "secure aggregation: %s", err)
 
@@ -452,78 +481,63 @@ class SecureAggregation(Strategy):
         replies = list(replies)
         if state is None:
             return self.strategy.aggregate_train(server_round, replies)
+        self._round = None
         started = time.perf_counter()
-        errors = rejected = 0
-        # Nodes whose upload did not arrive are re-keyed when next sampled: a
-        # client can lose its secret (e.g. Flower's simulation writes back a
-        # node's state last-writer-wins), and a stale public key would make it
-        # fail in every later round.
-        lost: set[int] = set()
+        aggregation = state.aggregation
+        errors = 0
         for message in replies:
+            node = message.metadata.src_node_id
             if message.has_error():
                 errors += 1
-                lost.add(message.metadata.src_node_id)
                 continue
+            record = message.content.config_records.get(RECORD)
             try:
-                self._read_upload(state, message)
+                if record is None:
+                    raise ProtocolError(
+                        f"reply from node {node} has no {RECORD!r} record: add "
+                        "fedleak.clients.secagg_mod to the ClientApp's mods"
+                    )
+                aggregation.add_upload(node, dict(record))
                 if state.template is None:
                     state.template = message
-            except ProtocolError as err:
-                rejected += 1
-                lost.add(message.metadata.src_node_id)
+            except Refused as err:
                 log(WARNING, "secure aggregation: %s", err)
+            except ProtocolError as err:
+                if record is None:
+                    aggregation.rejected += 1
+                log(WARNING, "secure aggregation: %s", err)
+        aggregation.close()
+        self._unmask(state, str(server_round))
+        outcome = aggregation.finish()
+        # Nodes that did not contribute are re-keyed when next sampled: a client
+        # can lose its state (Flower's simulation writes back a node's state
+        # last-writer-wins), and a stale session would make it fail every round.
+        self.session.forget(n for n in state.sampled if n not in outcome.contributors)
+        self._check_not_hopeless(outcome, state)
         total = np.zeros(state.layout.fixed_length, dtype=np.float64)
         raw = np.zeros(2, dtype=np.int64)
-        contributors: list[int] = []
-        failed_groups = dropped_total = 0
-        for g, tally in enumerate(state.tallies):
-            try:
-                online, dropped = tally.close()
-                dropped_total += len(dropped)
-                lost.update(dropped)
-                if dropped:
-                    self._recover(state, g, online, dropped)
-                group_sum = tally.result()
-            except ProtocolError as err:  # includes InsufficientParticipants
-                failed_groups += 1
+        for group in outcome.groups:
+            if group.total is None:
                 log(
                     ERROR,
                     "secure aggregation round %d, group %d failed: %s",
-                    state.number,
-                    g,
-                    err,
+                    outcome.round,
+                    group.group,
+                    group.failure,
                 )
                 continue
-            total += state.fixed.decode(group_sum[: state.layout.fixed_length])
-            raw += to_signed(group_sum[state.layout.fixed_length :])
-            contributors.extend(online)
-        for node in lost:
-            self.public_keys.pop(node, None)
-        answered = {m.metadata.src_node_id for m in replies}
-        metrics = MetricRecord(
-            {
-                "num-sampled": len(state.sampled),
-                "num-replies": len(contributors),
-                "num-errors": errors,
-                "num-missing": len([n for n in state.sampled if n not in answered]),
-                "num-rejected": rejected,
-                "secagg-dropped": dropped_total,
-                "secagg-failed-groups": failed_groups,
-                "secagg-groups": len(state.tallies),
-                "secagg-clipped": int(raw[1]),
-                "secagg-server-s": time.perf_counter() - started,
-            }
-        )
-        for direction, counts in (("up", state.bytes_up), ("down", state.bytes_down)):
-            for stage, count in counts.items():
-                metrics[f"secagg-bytes-{direction}-{stage}"] = count
-        self._round = None
+            fixed_length = state.layout.fixed_length
+            total += state.fixed.decode(group.total[:fixed_length])
+            raw += to_signed(group.total[fixed_length:])
+        metrics = self._metrics(state, outcome, replies, errors, raw)
+        metrics["secagg-server-s"] = time.perf_counter() - started
+        contributors = outcome.contributors
         if not contributors or state.template is None:
             log(
                 ERROR,
                 "secure aggregation round %d: no group could be decrypted; "
                 "the global model is unchanged",
-                state.number,
+                outcome.round,
             )
             return None, metrics
         arrays, inner_metrics = self._inner_aggregate(
@@ -534,6 +548,62 @@ class SecureAggregation(Strategy):
                 if not key.startswith("num-"):
                     metrics[key] = value
         return arrays, metrics
+
+    def _check_not_hopeless(self, outcome: RoundResult, state: _Round) -> None:
+        """Stop the run when every client refuses the settings themselves."""
+        if outcome.contributors:
+            return
+        refused = sum(outcome.refusals[c] for c in CONFIG_REFUSALS)
+        if refused and refused == len(state.sampled):
+            names = ", ".join(
+                f"{c} x{outcome.refusals[c]}"
+                for c in CONFIG_REFUSALS
+                if outcome.refusals[c]
+            )
+            hint = ""
+            if outcome.refusals[Refusal.MODE_REFUSED]:
+                hint = (
+                    "; clients take part in mode='thesis' only if built with "
+                    "make_secagg_mod(accept_thesis=True)"
+                )
+            raise ConfigError(
+                f"every sampled client refused the secure-aggregation settings "
+                f"({names}){hint}"
+            )
+
+    def _metrics(
+        self,
+        state: _Round,
+        outcome: RoundResult,
+        replies: list[Message],
+        errors: int,
+        raw: np.ndarray,
+    ) -> MetricRecord:
+        answered = {m.metadata.src_node_id for m in replies}
+        metrics = MetricRecord(
+            {
+                "num-sampled": len(state.sampled),
+                "num-replies": len(outcome.contributors),
+                "num-errors": errors,
+                "num-missing": len([n for n in state.sampled if n not in answered]),
+                "num-rejected": outcome.rejected,
+                "secagg-dropped": len(outcome.non_uploaders),
+                "secagg-failed-groups": len(outcome.failed_groups),
+                "secagg-groups": len(outcome.groups),
+                "secagg-clipped": int(raw[1]),
+                "secagg-refusals": sum(outcome.refusals.values()),
+                "secagg-exchanges": state.exchanges,
+            }
+        )
+        for code, count in sorted(outcome.refusals.items()):
+            metrics[f"secagg-refused-{code}"] = count
+        for direction, counts in (
+            ("up", outcome.bytes_up),
+            ("down", outcome.bytes_down),
+        ):
+            for stage, count in counts.items():
+                metrics[f"secagg-bytes-{direction}-{stage}"] = count
+        return metrics
 
     def _inner_aggregate(
         self,
@@ -605,15 +675,16 @@ class SecureAggregation(Strategy):
 
     def summary(self) -> None:
         """Log the wrapper's settings, then the inner strategy's."""
-        log(INFO, "\t├──> Secure aggregation (pairwise masks, seed 000 Ch. 4.1):")
+        log(INFO, "\t├──> Secure aggregation (%s, seed 000 Ch. 4.1):", self.mode)
         log(
             INFO,
-            "\t│\t├── %s, clip %g, mod 2^%s, groups of %s, min online %d",
+            "\t│\t├── %s, clip %g, mod 2^%s, groups of %s, min online %d%s",
             "weighted mean" if self.weighted else "sum",
             self.clip,
             self.modulus_bits or "auto",
             self.group_size or "all",
             self.min_online,
+            f", threshold {self.threshold:g}" if self.mode == "double-masking" else "",
         )
         log(
             INFO,

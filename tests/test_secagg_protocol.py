@@ -1,4 +1,4 @@
-"""The pairwise-mask protocol of fedleak.secagg: correctness, dropouts, validation."""
+"""The secure-aggregation protocol: correctness in both modes, dropouts, validation."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from fedleak.errors import ConfigError, ProtocolError
 from fedleak.secagg import (
+    MODES,
     FixedPoint,
     GroupTally,
     InsufficientParticipants,
     KeyPair,
+    ProtocolSettings,
     assign_groups,
     blinding,
     mask,
@@ -39,86 +41,103 @@ def inputs(n: int, length: int, seed: int) -> list[np.ndarray]:
     return [rng.uniform(-1.5 * CLIP, 1.5 * CLIP, length) for _ in range(n)]
 
 
-def valid_group_sizes(n: int) -> list[int]:
-    # group sizes that give every group at least 3 members
-    return [g for g in range(3, n + 1) if n // math.ceil(n / g) >= 3]
+def expected_outcome(
+    groups: list[list[int]],
+    settings_: ProtocolSettings,
+    drop: set[int],
+    silent: set[int],
+) -> tuple[list[int], list[int]]:
+    """Which groups fail and which users are included, from the protocol's rules."""
+    failed, included = [], []
+    for g, members in enumerate(groups):
+        n = len(members)
+        online = [i for i in members if i not in drop]
+        answering = [i for i in online if i not in silent]
+        ok = len(online) >= settings_.online_floor(n)
+        if ok and len(online) < n and len(answering) < len(online):
+            ok = False  # a recovery is missing
+        if ok and settings_.mode == "double-masking":
+            t = settings_.shamir_threshold(n)
+            # every online member's seed needs t shares from the others
+            ok = all(len([j for j in answering if j != i]) >= t for i in online)
+        if ok:
+            included.extend(online)
+        else:
+            failed.append(g)
+    return failed, sorted(included)
 
 
 # ------------------------------------------------------ secure sum == plain sum
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=40)
 @given(data=st.data())
-def test_secure_sum_equals_plain_sum(data: st.DataObject) -> None:
-    n = data.draw(st.integers(3, 12), label="n")
-    group_size = data.draw(
-        st.none() | st.sampled_from(valid_group_sizes(n)), label="group_size"
-    )
+def test_secure_sum_equals_plain_sum_with_dropouts_at_every_stage(
+    data: st.DataObject,
+) -> None:
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    n = data.draw(st.integers(3, 14), label="n")
+    threshold = data.draw(st.sampled_from([0.5, 0.6, 0.75]), label="threshold")
+    probe = ProtocolSettings(mode=mode, threshold=threshold)
+    floor = probe.smallest_group()
+    if n < floor:
+        with pytest.raises(ConfigError, match="could ever be decrypted"):
+            secure_sum(
+                inputs(n, 3, 0),
+                fixed_point=FixedPoint.auto(CLIP, n),
+                mode=mode,
+                threshold=threshold,
+            )
+        return
+    group_size = data.draw(st.none() | st.integers(floor, n), label="group_size")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     length = data.draw(st.integers(1, 40), label="length")
     bits = data.draw(st.sampled_from([32, 64]), label="bits")
-    groups = assign_groups(range(n), group_size, seed)
-    drop: set[int] = set()
-    for g in groups:  # leave at least 3 online in every group
-        drop.update(
-            data.draw(st.lists(st.sampled_from(g), unique=True, max_size=len(g) - 3))
-        )
-    xs = inputs(n, length, seed)
-    fp = FixedPoint.auto(CLIP, max(len(g) for g in groups), modulus_bits=bits)
-
-    result = secure_sum(
-        xs, fixed_point=fp, group_size=group_size, drop=drop, seed=seed, round=7
-    )
-
-    online = sorted(set(range(n)) - drop)
-    assert result.groups == groups
-    assert result.failed_groups == []
-    assert result.online == result.included == online
-    assert result.dropped == sorted(drop)
-    expected = sum(np.clip(xs[i], -CLIP, CLIP) for i in online)
-    assert (
-        np.abs(result.total - expected).max() <= fp.max_abs_error(len(online)) + 1e-12
-    )
-    assert result.clipped == sum(
-        int(np.count_nonzero(np.abs(xs[i]) > CLIP)) for i in online
-    )
-
-
-@settings(deadline=None, max_examples=30)
-@given(data=st.data())
-def test_failed_groups_are_excluded_exactly(data: st.DataObject) -> None:
-    n = data.draw(st.integers(3, 12), label="n")
-    group_size = data.draw(st.none() | st.integers(1, n), label="group_size")
-    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    groups = assign_groups(range(n), group_size, seed)
+    settings_ = ProtocolSettings(mode=mode, threshold=threshold, group_size=group_size)
+    groups = settings_.groups(list(range(n)), np.random.default_rng(seed))
+    assert all(len(g) >= floor for g in groups)  # never below the floor
+    # dropouts before the upload, uploads that come late, silence at unmask
     drop = set(data.draw(st.lists(st.integers(0, n - 1), unique=True), label="drop"))
+    late = set(data.draw(st.lists(st.integers(0, n - 1), unique=True), label="late"))
+    late -= drop
     silent = set(
         data.draw(st.lists(st.integers(0, n - 1), unique=True), label="silent")
     )
-    xs = inputs(n, 5, seed)
-    fp = FixedPoint.auto(CLIP, n)
+    xs = inputs(n, length, seed)
+    fp = FixedPoint.auto(CLIP, max(len(g) for g in groups), modulus_bits=bits)
 
     result = secure_sum(
         xs,
         fixed_point=fp,
         group_size=group_size,
         drop=drop,
+        late=late,
         drop_during_recovery=silent,
         seed=seed,
+        round=7,
+        mode=mode,
+        threshold=threshold,
     )
 
-    failed, included = [], []
-    for g, members in enumerate(groups):
-        online = [i for i in members if i not in drop]
-        dropped = len(online) < len(members)
-        if len(online) < 3 or (dropped and any(i in silent for i in online)):
-            failed.append(g)
-        else:
-            included.extend(online)
+    gone = drop | late
+    assert result.groups == groups
+    assert result.dropped == sorted(gone)
+    assert result.late == sorted(late)
+    failed, included = expected_outcome(groups, settings_, gone, silent - gone)
     assert result.failed_groups == failed
-    assert result.included == sorted(included)
-    expected = sum((np.clip(xs[i], -CLIP, CLIP) for i in included), np.zeros(5))
-    assert np.abs(result.total - expected).max() <= fp.max_abs_error(n) + 1e-12
+    assert result.included == included
+    expected = sum((np.clip(xs[i], -CLIP, CLIP) for i in included), np.zeros(length))
+    bound = fp.max_abs_error(max(len(included), 1)) + 1e-12
+    assert np.abs(result.total - expected).max() <= bound
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_secure_sum_counts_clipped_entries(mode: str) -> None:
+    xs = inputs(5, 30, 1)
+    fp = FixedPoint.auto(CLIP, 5)
+    result = secure_sum(xs, fixed_point=fp, seed=1, mode=mode)  # type: ignore[arg-type]
+    assert result.clipped == sum(int(np.count_nonzero(np.abs(x) > CLIP)) for x in xs)
+    assert result.clipped > 0
 
 
 # ------------------------------------------------------------ blinding factors
@@ -495,25 +514,55 @@ def test_assign_groups() -> None:
     assert assign_groups([], 3) == []
 
 
+@settings(deadline=None, max_examples=60)
+@given(n=st.integers(1, 60), size=st.integers(1, 30), floor=st.integers(1, 8))
+def test_assign_groups_never_goes_below_the_floor(
+    n: int, size: int, floor: int
+) -> None:
+    groups = assign_groups(range(n), max(size, floor), 0, min_size=min(n, floor))
+    sizes = [len(g) for g in groups]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+    assert min(sizes) >= min(n, floor)
+    if n // math.ceil(n / max(size, floor)) >= floor:  # the cap is kept when it can be
+        assert max(sizes) <= max(size, floor)
+
+
+def test_the_issue_settings_now_decrypt() -> None:
+    # N=4 with groups of at most 3 used to make two groups of 2 (both failed)
+    xs = inputs(4, 3, 0)
+    result = secure_sum(xs, fixed_point=FixedPoint.auto(CLIP, 4), group_size=3, seed=0)
+    assert [len(g) for g in result.groups] == [4]
+    assert result.failed_groups == []
+    np.testing.assert_allclose(
+        result.total, sum(np.clip(x, -CLIP, CLIP) for x in xs), atol=1e-6
+    )
+
+
 @pytest.mark.parametrize(
     ("ids", "size"), [([1, 2, 3], 0), ([1, 2, 3], -2), ([1, 1, 2], 2), ([1, -2], None)]
 )
 def test_assign_groups_validates(ids: list[int], size: int | None) -> None:
     with pytest.raises(ConfigError):
         assign_groups(ids, size, 0)
+    with pytest.raises(ConfigError, match="min_size"):
+        assign_groups([1, 2, 3], 2, 0, min_size=0)
 
 
 # ------------------------------------------------------------------ secure_sum
 
 
-def test_secure_sum_accounting() -> None:
+def test_secure_sum_accounting_thesis() -> None:
     n, length = 10, 100
     xs = inputs(n, length, 0)
     fp = FixedPoint.auto(CLIP, 5)
-    result = secure_sum(xs, fixed_point=fp, group_size=5, drop=[2], seed=4)
+    result = secure_sum(
+        xs, fixed_point=fp, group_size=5, drop=[2], seed=4, mode="thesis"
+    )
     assert result.online == [i for i in range(n) if i != 2]
     g = next(k for k, grp in enumerate(result.groups) if 2 in grp)
     others = len(result.groups[g]) - 1
+    # Table 4.1's wire format: a 32-byte key up, the group's keys down, one
+    # masked vector up; recoveries only in the group with a dropout
     assert result.bytes_up == {
         "advertise": 32 * n,
         "upload": 9 * length * 4,
@@ -521,59 +570,77 @@ def test_secure_sum_accounting() -> None:
     }
     assert result.bytes_down == {
         "keys": 2 * 5 * 5 * 32,
-        "online-set": 8 * others * others,
+        "roster-ids": 2 * 5 * 5 * 8,
+        "online-set": others * 5 * 8,
     }
-    assert set(result.seconds) == {"mask_per_user", "server_sum", "recover"}
-    assert all(v >= 0 for v in result.seconds.values())
     assert result.seconds["recover"] > 0
-    # no dropouts, 64-bit words: no recovery traffic, twice the upload bytes
-    fp64 = FixedPoint.auto(CLIP, n, modulus_bits=64)
-    full = secure_sum(xs, fixed_point=fp64, seed=4)
-    assert full.bytes_up == {
-        "advertise": 32 * n,
-        "upload": n * length * 8,
-        "recover": 0,
-    }
-    assert full.bytes_down == {"keys": 32 * n * n, "online-set": 0}
-    assert full.seconds["recover"] == 0
-
-
-def test_secure_sum_drop_during_recovery_fails_only_that_group() -> None:
-    xs = inputs(9, 20, 1)
-    fp = FixedPoint.auto(CLIP, 3)
-    groups = assign_groups(range(9), 3, 8)
-    drop = [groups[0][0]]
-    silent = [groups[0][1], groups[1][0]]  # group 1 has no dropouts: needs no recovery
-    result = secure_sum(
-        xs, fixed_point=fp, group_size=3, seed=8, drop=drop, drop_during_recovery=silent
+    full = secure_sum(
+        xs, fixed_point=FixedPoint.auto(CLIP, n, modulus_bits=64), seed=4, mode="thesis"
     )
-    assert result.failed_groups == [0]
-    assert result.included == sorted(groups[1] + groups[2])
-    expected = sum(np.clip(xs[i], -CLIP, CLIP) for i in result.included)
-    assert np.abs(result.total - expected).max() <= fp.max_abs_error(6) + 1e-12
+    assert full.bytes_up == {"advertise": 32 * n, "upload": n * length * 8}
+    assert "online-set" not in full.bytes_down  # no dropout: one exchange
+    assert full.seconds["unmask_per_user"] == 0  # no client was asked to unmask
+
+
+def test_secure_sum_accounting_double_masking() -> None:
+    n, length = 6, 50
+    xs = inputs(n, length, 0)
+    result = secure_sum(xs, fixed_point=FixedPoint.auto(CLIP, n), seed=4)
+    sealed, share = 48, 32
+    assert result.mode == "double-masking"
+    assert result.bytes_up == {
+        "advertise": 32 * n,
+        "upload": n * length * 4,
+        "shares": n * (n - 1) * sealed,
+        "revealed-shares": n * (n - 1) * share,
+    }
+    assert result.bytes_down["forwarded-shares"] == n * (n - 1) * sealed
+    assert result.bytes_down["keys"] == 32 * n * n  # as in thesis mode
+    assert set(result.seconds) == {
+        "mask_per_user",
+        "server_sum",
+        "unmask_per_user",
+        "server_unmask",
+        "recover",
+    }
+    assert result.seconds["server_unmask"] > 0
+
+
+def test_double_masking_survives_silence_at_unmask_without_dropouts() -> None:
+    # no member dropped before the upload: only t of the n - 1 peers must answer
+    xs = inputs(7, 10, 2)
+    fp = FixedPoint.auto(CLIP, 7)
+    t = ProtocolSettings().shamir_threshold(7)  # 4
+    result = secure_sum(xs, fixed_point=fp, seed=8, drop_during_recovery=[0, 1])
+    assert t <= 7 - 2 - 1
+    assert result.failed_groups == [] and result.included == list(range(7))
+    # thesis mode needs no unmask stage at all here
+    thesis = secure_sum(
+        xs, fixed_point=fp, seed=8, drop_during_recovery=[0, 1], mode="thesis"
+    )
+    assert thesis.failed_groups == []
+    # with a dropout both need every online member's recovery
+    for mode in MODES:
+        failed = secure_sum(
+            xs, fixed_point=fp, seed=8, drop=[6], drop_during_recovery=[0], mode=mode
+        )
+        assert failed.failed_groups == [0]
+        assert "recoveries missing" in failed.failures[0]
 
 
 def test_secure_sum_keeps_shape_and_is_reproducible() -> None:
     rng = np.random.default_rng(0)
     xs = [rng.uniform(-1, 1, (3, 4)) for _ in range(4)]
     fp = FixedPoint.auto(1.0, 4)
-    a = secure_sum(xs, fixed_point=fp, seed=1)
-    assert a.total.shape == (3, 4)
-    np.testing.assert_allclose(a.total, sum(xs), atol=fp.max_abs_error(4))
-    np.testing.assert_array_equal(a.total, secure_sum(xs, fixed_point=fp, seed=1).total)
-    secure = secure_sum(xs, fixed_point=fp, secure_mode=True)
-    np.testing.assert_array_equal(
-        secure.total, a.total
-    )  # keys differ, the sum does not
-
-
-def test_secure_sum_small_groups_fail() -> None:
-    xs = inputs(4, 3, 0)
-    result = secure_sum(xs, fixed_point=FixedPoint.auto(CLIP, 4), group_size=3, seed=0)
-    assert [len(g) for g in result.groups] == [2, 2]
-    assert result.failed_groups == [0, 1]
-    assert result.included == []
-    np.testing.assert_array_equal(result.total, 0)
+    for mode in MODES:
+        a = secure_sum(xs, fixed_point=fp, seed=1, mode=mode)
+        assert a.total.shape == (3, 4)
+        np.testing.assert_allclose(a.total, sum(xs), atol=fp.max_abs_error(4))
+        np.testing.assert_array_equal(
+            a.total, secure_sum(xs, fixed_point=fp, seed=1, mode=mode).total
+        )
+        secure = secure_sum(xs, fixed_point=fp, secure_mode=True, mode=mode)
+        np.testing.assert_array_equal(secure.total, a.total)  # keys differ, sums not
 
 
 def test_secure_sum_validates() -> None:
@@ -590,6 +657,83 @@ def test_secure_sum_validates() -> None:
     with pytest.raises(ConfigError):
         secure_sum(xs, fixed_point=fp, drop_during_recovery=[-1])
     with pytest.raises(ConfigError):
-        secure_sum(xs, fixed_point=fp, round=-1)
+        secure_sum(xs, fixed_point=fp, round=0)
+    with pytest.raises(ConfigError, match="min_online"):
+        secure_sum(xs, fixed_point=fp, min_online=2)
+    with pytest.raises(ConfigError, match="could ever be decrypted"):
+        secure_sum(xs[:2], fixed_point=fp)
+    with pytest.raises(ConfigError, match="group_size=3 can never"):
+        secure_sum(xs, fixed_point=fp, threshold=0.7, group_size=3)
     with pytest.raises(ConfigError, match="fixed point overflow"):
         secure_sum(inputs(30, 3, 0), fixed_point=FixedPoint(8.0, 2.0**28))
+
+
+# ------------------------------------------------------------------ sketches
+
+
+@settings(deadline=None, max_examples=25)
+@given(data=st.data())
+def test_masked_sketch_sum_is_the_exact_sum_in_both_modes(data: st.DataObject) -> None:
+    from fedleak.sketches import CountMinSketch, CountSketch
+    from fedleak.sketches.masked import aggregate_sketches
+
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    n = data.draw(st.integers(3, 12), label="n")
+    threshold = data.draw(st.sampled_from([0.5, 0.7]), label="threshold")
+    settings_ = ProtocolSettings(mode=mode, threshold=threshold)
+    if n < settings_.smallest_group():
+        return
+    group_size = data.draw(
+        st.none() | st.integers(settings_.smallest_group(), n), label="group_size"
+    )
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    cls = data.draw(st.sampled_from([CountMinSketch, CountSketch]), label="kind")
+    rng = np.random.default_rng(seed)
+    sketches = []
+    for _ in range(n):
+        sketch = cls(3, 16, seed=5)
+        sketch.update(rng.integers(0, 50, 30), rng.integers(1, 4, 30))
+        sketches.append(sketch)
+    drop = set(data.draw(st.lists(st.integers(0, n - 1), unique=True), label="drop"))
+    late = set(data.draw(st.lists(st.integers(0, n - 1), unique=True), label="late"))
+    late -= drop
+    silent = set(
+        data.draw(st.lists(st.integers(0, n - 1), unique=True), label="silent")
+    )
+    result = aggregate_sketches(
+        sketches,
+        group_size=group_size,
+        drop=drop,
+        late=late,
+        drop_during_recovery=silent,
+        seed=seed,
+        mode=mode,
+        threshold=threshold,
+    )
+    full = ProtocolSettings(mode=mode, threshold=threshold, group_size=group_size)
+    failed, included = expected_outcome(
+        result.protocol.groups, full, drop | late, silent - drop - late
+    )
+    assert result.protocol.failed_groups == failed
+    assert result.protocol.included == included
+    expected = sum(
+        (sketches[i].table.astype(np.int64) for i in included),
+        np.zeros_like(sketches[0].table, dtype=np.int64),
+    )
+    np.testing.assert_array_equal(result.sketch.table, expected)
+
+
+def test_the_issue_sketch_setting_keeps_every_count() -> None:
+    # N=5 sketches in groups of at most 3 used to give groups of 3 and 2, and
+    # the group of 2 (below the floor) was dropped: 6 of 15 counts lost
+    from fedleak.sketches import CountMinSketch
+    from fedleak.sketches.masked import aggregate_sketches
+
+    sketches = []
+    for user in range(5):
+        sketch = CountMinSketch(3, 8, seed=1)
+        sketch.update(np.array([user, user + 1, user + 2]), np.ones(3, np.int64))
+        sketches.append(sketch)
+    result = aggregate_sketches(sketches, group_size=3, seed=0)
+    assert result.protocol.failed_groups == []
+    assert int(result.sketch.table.sum()) == 3 * 15

@@ -22,14 +22,18 @@ pytestmark = pytest.mark.slow
 POPULATION = {"population-users": 6, "population-items": 40, "population-seed": 4}
 
 
-def simulate(crash_partition: int | None) -> SketchAnalyticsResult:
+def simulate(crash_partition: int | None, mode: str) -> SketchAnalyticsResult:
     outcome: dict[str, SketchAnalyticsResult] = {}
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         analytics = SketchAnalytics(
-            CountMinSketch(5, 64, seed=7), max_count=100, min_nodes=6, config=POPULATION
+            CountMinSketch(5, 64, seed=7),
+            max_count=100,
+            min_nodes=6,
+            config=POPULATION,
+            mode=mode,  # type: ignore[arg-type]
         )
         outcome["result"] = analytics.run(grid)
 
@@ -40,7 +44,7 @@ def simulate(crash_partition: int | None) -> SketchAnalyticsResult:
 
     run_simulation(
         server_app=server,
-        client_app=make_sketch_client_app(source),
+        client_app=make_sketch_client_app(source, accept_thesis=mode == "thesis"),
         num_supernodes=6,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
@@ -63,11 +67,21 @@ def expected_sketch(skip: int | None) -> CountMinSketch:
     return total
 
 
-def test_recommender_run_with_a_crashed_node_gives_the_survivors_sketch() -> None:
-    result = simulate(crash_partition=2)
+@pytest.mark.parametrize("mode", ["double-masking", "thesis"])
+def test_recommender_run_with_a_crashed_node_gives_the_survivors_sketch(
+    mode: str,
+) -> None:
+    result = simulate(crash_partition=2, mode=mode)
     assert len(result.contributors) == 5 and len(result.dropped) == 1
     assert result.failed_groups == []
+    assert result.refusals == {}
     assert result.bytes_up["recover"] == 5 * 5 * 64 * 4  # five recoveries, uint32
+    if mode == "double-masking":
+        # every uploader sealed one self-mask share per peer; the unmask stage
+        # revealed those of the five online members to each other
+        assert result.bytes_up["shares"] == 5 * 5 * 48
+        assert result.bytes_up["revealed-shares"] == 5 * 4 * 32
+    assert result.exchanges == 3  # advertise, upload, unmask
     assert result.sketch == expected_sketch(skip=2)
     assert np.all(result.sketch.table >= 0)
 

@@ -227,16 +227,9 @@ def _run(
         extra.append(f"rounds={s.rounds}")
     path = _config_path(experiment)
     config = load_config(path, [*extra, *overrides])
-    if secagg:
-        online = min(3, config.federation.num_clients)
+    if secagg:  # refused at load for fewer than 3 clients (a 2-member sum)
         config = load_config(
-            path,
-            [
-                *extra,
-                *overrides,
-                "secure_aggregation.enabled=true",
-                f"secure_aggregation.min_online={online}",
-            ],
+            path, [*extra, *overrides, "secure_aggregation.enabled=true"]
         )
     run_dir = s.out.with_name(s.out.stem + "-runs") / label
     if run_dir.exists():
@@ -343,7 +336,7 @@ def _two_party(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list
     # the secure-aggregation run repeats the first property (the watermark
     # by default), so the two AUCs compare like with like
     first = properties[0]
-    if s.secagg is not False:
+    if s.secagg:
         rows.append(
             _run(
                 s,
@@ -759,8 +752,8 @@ def run_property_bench(
     trials : int, optional
         Trials per arm of ``model-averaging`` (the thesis: 8).
     secagg : bool, optional
-        Also (``True``) or never (``False``) run with secure aggregation;
-        default: only ``two-party`` adds a secure-aggregation run.
+        Also run with secure aggregation (``True``); it needs at least 3
+        clients, so the 2-client experiments refuse it at config load.
     properties : sequence of str, optional
         ``two-party``: the properties to run (default watermark, inverted and
         blurred; the watermark alone with ``quick``).
@@ -849,7 +842,7 @@ def command(
         bool | None,
         typer.Option(
             "--secagg/--no-secagg",
-            help="Also run under secure aggregation (default: two-party only).",
+            help="Also run under secure aggregation (needs >= 3 clients).",
         ),
     ] = None,
     properties: Annotated[

@@ -27,6 +27,7 @@ values raise :class:`fedleak.errors.ConfigError` naming the key, e.g.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedleak.errors import ConfigError
+from fedleak.secagg.settings import ProtocolSettings
 
 if TYPE_CHECKING:  # the task module imports torch: load it when a task is built
     from fedleak.task import TaskSpec
@@ -155,28 +157,55 @@ class PrivacyConfig(_Section):
 
 
 class SecureAggregationConfig(_Section):
-    """``[secure_aggregation]``: pairwise-mask secure aggregation (seed 000 Ch. 4.1).
+    """``[secure_aggregation]``: secure aggregation (seed 000 Ch. 4.1; Bonawitz et al.).
 
+    ``mode`` is ``"double-masking"`` (default: a Shamir-shared self-mask hides
+    stragglers and falsely dropped clients) or ``"thesis"`` (the seed's
+    pairwise masks alone); ``threshold`` is the double-masking share
+    threshold as a fraction of a group (``floor(threshold * n) + 1`` shares).
     ``modulus_bits``, ``group_size`` and ``max_weight`` of 0 mean "automatic":
     32-bit sums for sync-sgd and 64-bit for weighted averages, one group, and
-    a weight bound of 10,000 examples per client.
+    a weight bound of 10,000 examples per client. Settings under which no
+    group could ever be decrypted (too few sampled clients, groups below the
+    floor) and metric names the clients do not report are refused at load.
     """
 
     enabled: bool = False
+    mode: Literal["double-masking", "thesis"] = "double-masking"
+    threshold: float = Field(0.5, ge=0.5, lt=1.0)
     clip: float = Field(8.0, gt=0)
     modulus_bits: Literal[0, 32, 64] = 0
     group_size: int = Field(0, ge=0)
-    min_online: int = Field(3, ge=2)
+    min_online: int = Field(3, ge=3)
     max_weight: float = Field(0.0, ge=0)
     metric_names: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _group(self) -> SecureAggregationConfig:
-        if 0 < self.group_size < 3:
-            raise ValueError("secure_aggregation.group_size: must be 0 or >= 3")
         if 0 < self.max_weight < 1:
             raise ValueError("secure_aggregation.max_weight: must be 0 or >= 1")
+        try:
+            self.protocol_settings()
+        except ConfigError as err:
+            raise ValueError(f"secure_aggregation: {err}") from None
         return self
+
+    def protocol_settings(self) -> ProtocolSettings:
+        """Return the protocol settings these keys describe (raises ConfigError)."""
+        return ProtocolSettings(
+            mode=self.mode,
+            min_online=self.min_online,
+            threshold=self.threshold,
+            group_size=self.group_size or None,
+        )
+
+
+#: Metrics fedleak's clients report with their train replies, by strategy.
+_TRAIN_METRICS = {
+    "sync-sgd": ("train-accuracy", "train-loss"),
+    "model-averaging": ("train-loss",),
+    "fedavg": ("train-loss",),
+}
 
 
 class FaultsConfig(_Section):
@@ -392,6 +421,31 @@ class ExperimentConfig(_Section):
         out["protocol.num-clients"] = self.federation.num_clients
         out["experiment.run-dir"] = run_dir
         return out
+
+    @model_validator(mode="after")
+    def _secure_aggregation(self) -> ExperimentConfig:
+        sa = self.secure_aggregation
+        if not sa.enabled:
+            return self
+        k, fraction = self.federation.num_clients, self.strategy.fraction_train
+        sampled = min(k, max(math.floor(fraction * k + 1e-9), 1))
+        try:
+            sa.protocol_settings().check_count(
+                sampled,
+                f"federation.num_clients = {k} with strategy.fraction_train = "
+                f"{fraction:g}",
+            )
+        except ConfigError as err:
+            raise ValueError(f"secure_aggregation.enabled: {err}") from None
+        known = _TRAIN_METRICS[self.strategy.name]
+        unknown = [m for m in sa.metric_names if m not in known]
+        if unknown:
+            raise ValueError(
+                f"secure_aggregation.metric_names: {unknown} are not reported by the "
+                f"clients of strategy {self.strategy.name!r} (they report "
+                f"{list(known)}); every upload would fail"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:

@@ -26,10 +26,11 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from fedleak.clients import HonestClient, make_honest_client_app, secagg_mod
+from fedleak.clients import HonestClient, make_honest_client_app
 from fedleak.clients.defenses import defended_behaviour
 from fedleak.clients.membership import membership_behaviour
 from fedleak.clients.property import property_behaviour
+from fedleak.clients.secagg import make_secagg_mod
 from fedleak.errors import FedleakError
 from fedleak.task import TaskSpec, training_pool
 
@@ -96,9 +97,13 @@ def client_behaviour(
 
 
 def make_experiment_client_app() -> ClientApp:
-    """Build ``fedleak run``'s ClientApp: roles by partition, secure aggregation."""
+    """Build ``fedleak run``'s ClientApp: roles by partition, secure aggregation.
+
+    Its secure-aggregation mod takes part in both modes, so that an experiment
+    file can measure the seed's ``mode = "thesis"`` beside double masking.
+    """
     app: ClientApp = make_honest_client_app(
-        mods=[secagg_mod], behaviour=client_behaviour
+        mods=[make_secagg_mod(accept_thesis=True)], behaviour=client_behaviour
     )
     return app
 

@@ -93,6 +93,8 @@ def build_strategy(config: ExperimentConfig) -> Strategy:
     if sa.enabled:
         secure: Strategy = SecureAggregation(
             strategy,
+            mode=sa.mode,
+            threshold=sa.threshold,
             clip=sa.clip,
             modulus_bits=sa.modulus_bits or None,
             max_weight=sa.max_weight or None,

@@ -1,31 +1,37 @@
-"""The whole protocol in one process: a server and ``N`` users.
+"""The whole protocol in one process: a server and ``N`` clients.
 
-:func:`secure_sum` runs setup, masking, the server's sum and recovery exactly
-as the networked protocol does, for tests and for benchmarks at the seed
-thesis' scale, and accounts the bytes each stage sends.
+:func:`secure_sum` drives the protocol engine
+(:class:`~fedleak.secagg.server.ServerSession` and one
+:class:`~fedleak.secagg.client.ClientSession` per user) exactly as a network
+would, in either mode, with dropouts at every stage: before the upload
+(``drop``), after it but before the unmask stage (``drop_during_recovery``),
+and uploads that arrive after the online set is fixed (``late``, refused).
+It accounts the bytes and times of each stage, for tests and for benchmarks
+at the seed thesis' scale.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError
+from .client import ClientGuards, ClientSession
+from .constants import Mode
 from .fixed_point import FixedPoint
-from .keys import KEY_BYTES, KeyPair
-from .masking import mask, recovery
-from .tally import GroupTally, InsufficientParticipants, assign_groups
+from .server import ServerSession
+from .settings import ProtocolSettings
 
 __all__ = [
     "LocalResult",
     "secure_sum",
 ]
 
-_ID_BYTES = 8
 _KEY_STREAM = 0x6B657973  # b"keys": the key generator's stream, apart from groups
 
 
@@ -39,30 +45,41 @@ class LocalResult:
         Decoded float64 sum of the inputs of :attr:`included` users, in the
         shape of the inputs.
     online : list of int
-        Users that uploaded, sorted.
+        Users whose upload was accepted, sorted.
     dropped : list of int
-        Users that did not upload, sorted.
+        Users whose upload was not accepted in time (``drop`` and ``late``),
+        sorted.
     clipped : int
         Entries clipped when encoding, over the users that uploaded.
     bytes_up : dict of str to int
-        Client-to-server bytes per stage: ``"advertise"`` (32 B per public
-        key), ``"upload"`` (masked vectors) and ``"recover"`` (recoveries).
+        Client-to-server payload bytes per stage: ``"advertise"`` (32 B per
+        public key), ``"upload"`` (masked vectors), and where they occur
+        ``"shares"`` (sealed self-mask shares), ``"revealed-shares"`` and
+        ``"recover"`` (recoveries).
     bytes_down : dict of str to int
-        Server-to-client bytes per stage: ``"keys"`` (each user receives its
-        group's public keys, 32 B each) and ``"online-set"`` (8 B per online
-        id, sent to every online user of a group with dropouts).
+        Server-to-client bytes: ``"keys"`` (each user receives its group's
+        public keys, 32 B each), ``"roster-ids"``, and at the unmask stage
+        ``"online-set"`` and ``"forwarded-shares"``.
     seconds : dict of str to float
-        ``"mask_per_user"`` (median time to encode and mask one vector),
-        ``"server_sum"`` (adding all uploads and closing the tallies) and
-        ``"recover"`` (all users' recoveries plus the server's subtraction).
+        ``"mask_per_user"`` (median time to encode and mask one vector, share
+        work included), ``"server_sum"`` (adding all uploads),
+        ``"unmask_per_user"`` (median client unmask time), ``"server_unmask"``
+        (recoveries, self-mask rebuilding and removal) and ``"recover"`` (all
+        clients' unmask work plus the server's).
     failed_groups : list of int
-        Groups excluded from :attr:`total`: fewer than ``min_online``
-        members online (always so for a smaller group), or a recovery never
-        arrived.
+        Groups excluded from :attr:`total`.
     groups : list of list of int
         The members of every group, by group number.
     included : list of int
         Users whose inputs make up :attr:`total`, sorted.
+    mode : str
+        The protocol mode.
+    late : list of int
+        Users whose upload arrived after the online set was fixed.
+    refusals : dict of str to int
+        Client refusals by name.
+    failures : dict of int to str
+        Why each failed group failed.
     """
 
     total: np.ndarray
@@ -75,6 +92,10 @@ class LocalResult:
     failed_groups: list[int]
     groups: list[list[int]]
     included: list[int]
+    mode: Mode = "double-masking"
+    late: list[int] = field(default_factory=list)
+    refusals: dict[str, int] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
 
 
 def _id_set(values: Iterable[int], name: str, n: int) -> set[int]:
@@ -95,16 +116,19 @@ def secure_sum(
     group_size: int | None = None,
     drop: Iterable[int] = (),
     drop_during_recovery: Iterable[int] = (),
+    late: Iterable[int] = (),
     seed: int | None = None,
     secure_mode: bool = False,
     min_online: int = 3,
     round: int = 1,
+    mode: Mode = "double-masking",
+    threshold: float = 0.5,
 ) -> LocalResult:
-    """Sum the users' vectors with pairwise-mask secure aggregation.
+    """Sum the users' vectors with secure aggregation, in one process.
 
-    User ``i`` holds ``inputs[i]``. Users are split into groups by
-    ``assign_groups(range(N), group_size, seed)``; every group is one run of
-    the protocol, and the decoded group sums are added up.
+    User ``i`` holds ``inputs[i]``. Users are split into groups (no group
+    below the decryption floor); every group is one run of the protocol, and
+    the decoded group sums are added up.
 
     Parameters
     ----------
@@ -115,40 +139,50 @@ def secure_sum(
     group_size : int, optional
         Largest group size; ``None`` (default) makes one group.
     drop : Iterable of int
-        Users that never upload (dropped before ``U_on`` is fixed).
+        Users that never upload.
     drop_during_recovery : Iterable of int
-        Users that upload but never send their recovery. Their group fails
-        if it has dropouts (otherwise no recovery is needed). Ids also in
-        ``drop`` never uploaded and are just dropped.
+        Users that upload but never answer the unmask stage. In thesis mode
+        their group fails if it has dropouts (otherwise no unmask stage is
+        needed); in double-masking mode likewise, except that a group without
+        dropouts still succeeds while ``t`` members answer.
+    late : Iterable of int
+        Users whose upload arrives after the online set is fixed: refused,
+        and counted as dropped.
     seed : int, optional
         Makes keys and groups reproducible (tests and simulations only).
     secure_mode : bool, optional
         Draw keys from the operating system's CSPRNG; refuses ``seed``.
     min_online : int, optional
-        Fewest online members for which a group's sum is released (default 3).
+        Fewest online members for which a group's sum is released (default
+        3, at least 3).
     round : int, optional
-        The round number bound into the masks (default 1).
+        The round number bound into the masks (default 1, >= 1).
+    mode : {"double-masking", "thesis"}, optional
+        Protocol mode (default double masking).
+    threshold : float, optional
+        Double masking: Shamir threshold as a fraction of the group (default
+        one half, see :class:`~fedleak.secagg.settings.ProtocolSettings`).
 
     Returns
     -------
     LocalResult
-        The total, the online and dropped users, failed groups, bytes and
-        timings.
+        The total, the online and dropped users, failed groups, refusals,
+        bytes and timings.
 
     Raises
     ------
     ConfigError
         If ``seed`` is given with ``secure_mode``, there are no inputs, their
-        sizes differ, an id is out of range, or the fixed point code may
-        overflow.
+        sizes differ, an id is out of range, the settings could never decrypt
+        a group of these users, or the fixed point code may overflow.
     """
     if seed is not None and secure_mode:
         raise ConfigError(
             "secure_sum got a seed with secure_mode=True: seeding is refused "
             "in secure_mode."
         )
-    if isinstance(round, bool) or not isinstance(round, int) or round < 0:
-        raise ConfigError(f"round must be an integer >= 0, got {round!r}.")
+    if isinstance(round, bool) or not isinstance(round, int) or round < 1:
+        raise ConfigError(f"round must be an integer >= 1, got {round!r}.")
     n = len(inputs)
     if n < 1:
         raise ConfigError("secure_sum needs at least one input.")
@@ -159,96 +193,86 @@ def secure_sum(
         raise ConfigError("inputs must be non-empty vectors of one size.")
     gone = _id_set(drop, "drop", n)
     silent = _id_set(drop_during_recovery, "drop_during_recovery", n) - gone
+    tardy = _id_set(late, "late", n) - gone
+    settings = ProtocolSettings(
+        mode=mode, min_online=min_online, threshold=threshold, group_size=group_size
+    )
+    settings.check_count(n, f"{n} input(s)")
 
-    groups = assign_groups(range(n), group_size, seed)
-    largest = max(len(g) for g in groups)
-    fixed_point.check_capacity(largest)
-
+    server = ServerSession(settings, seed=seed)
+    server.round = round - 1
     key_rng = None if seed is None else np.random.default_rng([seed, _KEY_STREAM])
-    keys = [KeyPair.generate(key_rng, secure_mode=secure_mode) for _ in range(n)]
-    dtype = fixed_point.dtype
-    word = dtype.itemsize
+    guards = ClientGuards(accept_thesis=True)
+    clients = [ClientSession.start(i, guards, key_rng) for i in range(n)]
+    for i, client in enumerate(clients):
+        server.add_advertisement(i, client.advertise_reply())
+    aggregation = server.begin_round(
+        range(n),
+        length=length,
+        modulus_bits=fixed_point.modulus_bits,
+        # groups as assign_groups(range(n), group_size, seed) always made them
+        rng=np.random.default_rng(seed),
+    )
+    groups = [list(g.members) for g in aggregation.groups]
+    fixed_point.check_capacity(max(len(g) for g in groups))
 
-    bytes_up = {"advertise": KEY_BYTES * n, "upload": 0, "recover": 0}
-    bytes_down = {"keys": sum(KEY_BYTES * len(g) ** 2 for g in groups)}
-    bytes_down["online-set"] = 0
     mask_times: list[float] = []
-    server_s = 0.0
-    recover_s = 0.0
+    unmask_times: list[float] = []
     clipped = 0
-    total = np.zeros(length, dtype=np.float64)
-    failed: list[int] = []
-    included: list[int] = []
-
-    for g, members in enumerate(groups):
-        roster = {i: keys[i].public for i in members}
-        tally = GroupTally(
-            round=round,
-            group=g,
-            members=members,
-            length=length,
-            dtype=dtype,
-            min_online=min_online,
-        )
-        for i in members:
-            if i in gone:
-                continue
-            start = time.perf_counter()
-            encoded, c = fixed_point.encode(vectors[i])
-            masked = mask(encoded, i, keys[i], roster, round=round, group=g)
-            mask_times.append(time.perf_counter() - start)
-            clipped += c
-            bytes_up["upload"] += masked.nbytes
-            start = time.perf_counter()
-            tally.add_upload(i, round, masked)
-            server_s += time.perf_counter() - start
-        start = time.perf_counter()
-        try:
-            online, dropped = tally.close()
-        except InsufficientParticipants:
-            server_s += time.perf_counter() - start
-            failed.append(g)
+    held_back = []
+    for i in aggregation.members:
+        request = aggregation.upload_request(i)  # sent to all; some never answer
+        if i in gone:
             continue
-        server_s += time.perf_counter() - start
-        if dropped:
-            bytes_down["online-set"] += _ID_BYTES * len(online) ** 2
-            for i in online:
-                if i in silent:
-                    continue
-                start = time.perf_counter()
-                k_prime = recovery(
-                    i,
-                    keys[i],
-                    roster,
-                    dropped,
-                    round=round,
-                    group=g,
-                    length=length,
-                    dtype=dtype,
-                )
-                tally.add_recovery(i, round, k_prime)
-                recover_s += time.perf_counter() - start
-                bytes_up["recover"] += length * word
-            if tally.missing_recoveries:
-                failed.append(g)
-                continue
-        total += fixed_point.decode(tally.result())
-        included.extend(online)
+        start = time.perf_counter()
+        plan = clients[i].plan_upload(request)
+        encoded, c = fixed_point.encode(vectors[i])
+        reply = clients[i].upload(plan, encoded)
+        mask_times.append(time.perf_counter() - start)
+        if i in tardy:
+            held_back.append((i, reply))
+            continue
+        clipped += c
+        aggregation.add_upload(i, reply)
+    aggregation.close()
+    for i, reply in held_back:
+        with contextlib.suppress(ProtocolError):  # refused: it is late
+            aggregation.add_upload(i, reply)
+    for node, request in aggregation.unmask_requests().items():
+        if node in silent:
+            continue
+        start = time.perf_counter()
+        reply = clients[node].unmask(request)
+        unmask_times.append(time.perf_counter() - start)
+        aggregation.add_unmask(node, reply)
+    outcome = aggregation.finish()
 
-    uploaded = sorted(set(range(n)) - gone)
+    total = np.zeros(length, dtype=np.float64)
+    for group in outcome.groups:
+        if group.total is not None:
+            total += fixed_point.decode(group.total)
+    server_unmask = outcome.seconds["unmask"]
     return LocalResult(
         total=total.reshape(shape),
-        online=uploaded,
-        dropped=sorted(gone),
+        online=sorted(n for g in outcome.groups for n in g.online),
+        dropped=sorted(gone | set(outcome.late)),
         clipped=clipped,
-        bytes_up=bytes_up,
-        bytes_down=bytes_down,
+        bytes_up=outcome.bytes_up,
+        bytes_down=outcome.bytes_down,
         seconds={
             "mask_per_user": statistics.median(mask_times) if mask_times else 0.0,
-            "server_sum": server_s,
-            "recover": recover_s,
+            "server_sum": outcome.seconds["upload"],
+            "unmask_per_user": (
+                statistics.median(unmask_times) if unmask_times else 0.0
+            ),
+            "server_unmask": server_unmask,
+            "recover": sum(unmask_times) + server_unmask,
         },
-        failed_groups=failed,
+        failed_groups=outcome.failed_groups,
         groups=groups,
-        included=sorted(included),
+        included=outcome.contributors,
+        mode=mode,
+        late=sorted(outcome.late),
+        refusals=dict(outcome.refusals),
+        failures={g.group: g.failure for g in outcome.groups if g.failure},
     )

@@ -132,6 +132,16 @@ class GroupTally:
         return self._failed
 
     @property
+    def uploaded(self) -> list[int]:
+        """Members whose upload was accepted, sorted."""
+        return sorted(self._uploaded)
+
+    @property
+    def recovered(self) -> list[int]:
+        """Online members whose recovery was accepted, sorted."""
+        return sorted(self._recovered)
+
+    @property
     def missing_recoveries(self) -> list[int]:
         """Online members whose recovery is still expected, sorted.
 
@@ -350,6 +360,8 @@ def assign_groups(
     ids: Sequence[int],
     group_size: int | None,
     rng: np.random.Generator | int | None = None,
+    *,
+    min_size: int = 1,
 ) -> list[list[int]]:
     """Split users at random into groups of near-equal size.
 
@@ -362,17 +374,24 @@ def assign_groups(
     rng : numpy.random.Generator or int, optional
         Source of randomness for the shuffle; the same seed gives the same
         groups.
+    min_size : int, optional
+        Smallest group size (default 1). When ``ceil(n / group_size)``
+        groups would be smaller, fewer (and larger) groups are made:
+        ``max(1, min(ceil(n / group_size), floor(n / min_size)))`` groups.
+        A group below the decryption floor could never be decrypted, so the
+        protocol passes its floor here.
 
     Returns
     -------
     list of list of int
-        ``ceil(n / group_size)`` groups whose sizes differ by at most one,
-        each sorted; together they hold every id once. Empty if ``ids`` is.
+        Groups whose sizes differ by at most one, each sorted; together they
+        hold every id once. Empty if ``ids`` is.
 
     Raises
     ------
     ConfigError
-        If ``group_size < 1`` or the ids are invalid or repeated.
+        If ``group_size < 1``, ``min_size < 1``, or the ids are invalid or
+        repeated.
     """
     members = sorted(_check_uint64(i, "user id") for i in ids)
     if len(set(members)) != len(members):
@@ -383,11 +402,13 @@ def assign_groups(
         or group_size < 1
     ):
         raise ConfigError(f"group_size must be an integer >= 1, got {group_size!r}.")
+    if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 1:
+        raise ConfigError(f"min_size must be an integer >= 1, got {min_size!r}.")
     if not members:
         return []
     if group_size is None:
         return [members]
     n = len(members)
-    k = math.ceil(n / int(group_size))
+    k = max(1, min(math.ceil(n / int(group_size)), n // min_size))
     order = np.random.default_rng(rng).permutation(n)
     return [sorted(members[p] for p in part) for part in np.array_split(order, k)]

@@ -1,13 +1,14 @@
 """Masked aggregation of sketches: a tally learns only the sum (seed 000 Ch. 4.1.2).
 
-Each user masks its sketch table with the pairwise blinding factors of
-:mod:`fedleak.secagg` (X25519 agreement, AES-256-CTR masks summing to zero in
-each group, recovery of dropped users) and uploads ``L = d * w`` words; the
-tally adds the uploads and obtains the table of the union of all streams,
-since sketches are linear. This module only turns sketches into the integer
-vectors the protocol sums (a :class:`~fedleak.secagg.FixedPoint` code with
-scale 1, so counters are sent exactly) and the sum back into a sketch; the
-protocol itself is :func:`fedleak.secagg.secure_sum`, unchanged.
+Each user masks its sketch table with :mod:`fedleak.secagg`'s protocol
+(X25519 agreement, AES-256-CTR masks summing to zero in each group, recovery
+of dropped users; by default also a Shamir-shared self-mask, the seed's
+scheme as ``mode="thesis"``) and uploads ``L = d * w`` words; the tally adds
+the uploads and obtains the table of the union of all streams, since sketches
+are linear. This module only turns sketches into the integer vectors the
+protocol sums (a :class:`~fedleak.secagg.FixedPoint` code with scale 1, so
+counters are sent exactly) and the sum back into a sketch; the protocol
+itself is :func:`fedleak.secagg.secure_sum`, unchanged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..secagg import FixedPoint, LocalResult, secure_sum
+from ..secagg import FixedPoint, LocalResult, ProtocolSettings, secure_sum
+from ..secagg.constants import Mode
 from .base import LinearSketch
 
 __all__ = [
@@ -112,11 +114,14 @@ def aggregate_sketches(
     group_size: int | None = None,
     drop: Iterable[int] = (),
     drop_during_recovery: Iterable[int] = (),
+    late: Iterable[int] = (),
     modulus_bits: int | None = None,
     min_online: int = 3,
     round: int = 1,
     seed: int | None = None,
     secure_mode: bool = False,
+    mode: Mode = "double-masking",
+    threshold: float = 0.5,
 ) -> MaskedAggregate[SketchT]:
     """Sum users' sketches with the pairwise-mask protocol, in one process.
 
@@ -137,7 +142,9 @@ def aggregate_sketches(
     drop : Iterable of int
         Users that never upload.
     drop_during_recovery : Iterable of int
-        Users that upload but do not answer the recovery request.
+        Users that upload but do not answer the unmask request.
+    late : Iterable of int
+        Users whose upload arrives after the online set is fixed (refused).
     modulus_bits : {32, 64}, optional
         Word size; default 32 bits when the sum fits.
     min_online : int, default=3
@@ -149,6 +156,10 @@ def aggregate_sketches(
         ``secure_mode``.
     secure_mode : bool, default=False
         Draw keys from the operating system's CSPRNG.
+    mode : {"double-masking", "thesis"}, default="double-masking"
+        Protocol mode (see :class:`fedleak.secagg.ProtocolSettings`).
+    threshold : float, default=0.5
+        Double masking: Shamir threshold as a fraction of the group.
 
     Returns
     -------
@@ -158,7 +169,8 @@ def aggregate_sketches(
     Raises
     ------
     ConfigError
-        If the sketches are incompatible or the arguments invalid.
+        If the sketches are incompatible, the arguments invalid, or no group
+        of these users could ever be decrypted.
     DataError
         If a user's counter exceeds ``max_count`` (it would be clipped).
     """
@@ -182,17 +194,24 @@ def aggregate_sketches(
             "raise max_count (it is public) or split the user's stream."
         )
     n = len(sketches)
-    code = sketch_fixed_point(bound, group_size or n, modulus_bits)
+    settings = ProtocolSettings(
+        mode=mode, min_online=min_online, threshold=threshold, group_size=group_size
+    )
+    settings.check_count(n, f"{n} sketch(es)")
+    code = sketch_fixed_point(bound, settings.largest_group(n), modulus_bits)
     result = secure_sum(
         [s.table.reshape(-1) for s in sketches],
         fixed_point=code,
         group_size=group_size,
         drop=drop,
         drop_during_recovery=drop_during_recovery,
+        late=late,
         seed=seed,
         secure_mode=secure_mode,
         min_online=min_online,
         round=round,
+        mode=mode,
+        threshold=threshold,
     )
     return MaskedAggregate(
         sketch=template.with_table(np.rint(result.total).astype(np.int64)),
