@@ -66,16 +66,57 @@ Modules
 
 from __future__ import annotations
 
-from .client import ClientGuards, ClientSession, ClientState, Refused, UploadPlan
-from .constants import MODES, Key, Mode, Refusal, Stage
-from .fixed_point import FixedPoint
-from .keys import KeyPair, agree
-from .local import LocalResult, secure_sum
-from .masking import blinding, mask, recovery
-from .prg import PRG_NAME, derive_seed, expand
-from .server import AggregationRound, GroupOutcome, RoundResult, ServerSession
-from .settings import ProtocolSettings
-from .tally import GroupTally, InsufficientParticipants, assign_groups
+from typing import TYPE_CHECKING
+
+from fedleak._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .client import ClientGuards, ClientSession, ClientState, Refused, UploadPlan
+    from .constants import MODES, Key, Mode, Refusal, Stage
+    from .fixed_point import FixedPoint
+    from .keys import KeyPair, agree
+    from .local import LocalResult, secure_sum
+    from .masking import blinding, mask, recovery
+    from .prg import PRG_NAME, derive_seed, expand
+    from .server import AggregationRound, GroupOutcome, RoundResult, ServerSession
+    from .settings import ProtocolSettings
+    from .tally import GroupTally, InsufficientParticipants, assign_groups
+
+_WHERE = {
+    "AggregationRound": "server",
+    "ClientGuards": "client",
+    "ClientSession": "client",
+    "ClientState": "client",
+    "FixedPoint": "fixed_point",
+    "GroupOutcome": "server",
+    "GroupTally": "tally",
+    "InsufficientParticipants": "tally",
+    "Key": "constants",
+    "KeyPair": "keys",
+    "LocalResult": "local",
+    "MODES": "constants",
+    "Mode": "constants",
+    "PRG_NAME": "prg",
+    "ProtocolSettings": "settings",
+    "Refusal": "constants",
+    "Refused": "client",
+    "RoundResult": "server",
+    "ServerSession": "server",
+    "Stage": "constants",
+    "UploadPlan": "client",
+    "agree": "keys",
+    "assign_groups": "tally",
+    "blinding": "masking",
+    "derive_seed": "prg",
+    "expand": "prg",
+    "mask": "masking",
+    "recovery": "masking",
+    "secure_sum": "local",
+}
+
+# Lazy: importing one module (e.g. the settings an experiment file is
+# checked against) does not load the cryptography of the others.
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
 
 __all__ = [
     "MODES",
