@@ -427,12 +427,13 @@ def check_delta(
     ...
     fedleak.errors.ConfigError: delta must be a number in (0, 1); got 1.5.
     """
-    closed: Closed = {
+    ends: dict[tuple[bool, bool], Closed] = {
         (False, False): "neither",
         (True, False): "left",
         (False, True): "right",
         (True, True): "both",
-    }[(allow_zero, allow_one)]
+    }
+    closed = ends[(allow_zero, allow_one)]
     return check_probability(name, value, closed=closed)
 
 
