@@ -7,7 +7,7 @@ whose message has one form,
 
     ``<name> must be <what is allowed>; got <the value>.``
 
-for example ``"delta must be a number in (0, 1); got 1.5."``, the form of
+for example ``"delta must be in (0, 1); got 1.5."``, the form of
 dp-accounting's ``f'delta must be in [0, 1], got delta={delta}.'``. The ranges
 are :class:`Interval` objects in the spirit of scikit-learn's
 ``Interval``/``_parameter_constraints`` (whose classes live in a private
@@ -38,7 +38,7 @@ inf
 >>> check_probability("q", 1.5)
 Traceback (most recent call last):
 ...
-fedleak.errors.ConfigError: q must be a number in [0, 1]; got 1.5.
+fedleak.errors.ConfigError: q must be in [0, 1]; got 1.5.
 """
 
 from __future__ import annotations
@@ -158,13 +158,6 @@ class Interval:
         """Whether ``inf`` or ``-inf`` belongs to the interval."""
         return self._admits_infinity(math.inf) or self._admits_infinity(-math.inf)
 
-    @property
-    def bounded(self) -> bool:
-        """Whether both ends are finite numbers."""
-        return all(
-            end is not None and math.isfinite(end) for end in (self.low, self.high)
-        )
-
     def __str__(self) -> str:
         low, high = self.low, self.high
         if low is not None and high is not None:
@@ -259,10 +252,14 @@ def check_real(name: str, value: object, interval: Interval = Interval()) -> flo
     >>> check_real("dropout", 1.0, Interval(0, 1, closed="left"))
     Traceback (most recent call last):
     ...
-    fedleak.errors.ConfigError: dropout must be a number in [0, 1); got 1.0.
+    fedleak.errors.ConfigError: dropout must be in [0, 1); got 1.0.
     """
-    finite = not (interval.bounded or interval.admits_infinity)
-    what = f"{'a finite number' if finite else 'a number'} {interval}".rstrip()
+    if interval.low is not None and interval.high is not None:
+        what = str(interval)
+    elif interval.admits_infinity:
+        what = f"a number {interval}"
+    else:
+        what = f"a finite number {interval}".rstrip()
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise _fail(name, what, value)
     number = float(value)
@@ -339,7 +336,7 @@ def check_probability(name: str, value: object, *, closed: Closed = "both") -> f
     >>> check_probability("p", 1.0, closed="neither")
     Traceback (most recent call last):
     ...
-    fedleak.errors.ConfigError: p must be a number in (0, 1); got 1.0.
+    fedleak.errors.ConfigError: p must be in (0, 1); got 1.0.
     """
     return check_real(name, value, Interval(0, 1, closed=closed))
 
@@ -425,7 +422,7 @@ def check_delta(
     >>> check_delta("delta", 1.5)
     Traceback (most recent call last):
     ...
-    fedleak.errors.ConfigError: delta must be a number in (0, 1); got 1.5.
+    fedleak.errors.ConfigError: delta must be in (0, 1); got 1.5.
     """
     ends: dict[tuple[bool, bool], Closed] = {
         (False, False): "neither",
