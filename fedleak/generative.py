@@ -341,6 +341,8 @@ def train_vae(
 ) -> list[float]:
     """Train ``model`` with Adam on the negative ELBO; return the mean loss per epoch.
 
+    ``model`` is trained in place (PyTorch's convention); ``x`` is not written.
+
     Parameters
     ----------
     model : VAE
@@ -822,6 +824,7 @@ def train_gan(
     A thin loop over :class:`GANTrainer`; ``on_epoch_end(epoch, trainer)`` is
     called after every epoch (1-based), which is how the harness measures
     white-box attack accuracy against training epochs (seed 000 Fig. 6.7).
+    ``generator`` and ``discriminator`` are trained in place.
     """
     check_int("epochs", epochs, low=0)
     trainer = GANTrainer(
