@@ -193,6 +193,15 @@ def test_check_real_admits_infinity_only_when_the_interval_does():
     assert text == "x must be in [0, inf]; got nan."
 
 
+def test_check_real_half_line_with_an_admitted_infinity():
+    up_to_inf = Interval(None, math.inf, closed="right")
+    assert check_real("x", math.inf, up_to_inf) == math.inf
+    assert check_real("x", -1e300, up_to_inf) == -1e300
+    assert message_of(check_real, "x", -math.inf, up_to_inf) == (
+        "x must be a number <= inf; got -inf."
+    )
+
+
 def test_check_real_message_shows_numpy_scalars_as_numbers():
     text = message_of(check_real, "x", np.float32(-1.5), Interval(0, 1))
     assert text == "x must be in [0, 1]; got -1.5."
