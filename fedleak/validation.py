@@ -1,7 +1,7 @@
 """One vocabulary of argument checks for the whole library.
 
 Every public function and constructor of fedleak checks its numeric and
-categorical arguments with the helpers below, so that a wrong value always
+categorical arguments with the functions below, so that a wrong value always
 fails the same way: a :class:`~fedleak.errors.ConfigError` (a ``ValueError``)
 whose message has one form,
 
