@@ -17,4 +17,14 @@ Nothing here imports Flower: every attack runs on plain arrays and tensors,
 and the Flower clients of :mod:`fedleak.clients` drive them in simulations.
 """
 
+from importlib import import_module
+from types import ModuleType
+
 __all__ = ["audit", "membership", "property"]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Import a family on first access (``fedleak.attacks.membership``)."""
+    if name in __all__:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

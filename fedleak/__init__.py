@@ -2,12 +2,28 @@
 
 fedleak is a Flower plugin and research toolkit. Its subpackages are
 
-- :mod:`fedleak.data` -- datasets, partitioners and label-independent properties;
-- :mod:`fedleak.models` -- the models of the seed thesis (Ch. 7.2.1);
+- :mod:`fedleak.data` -- datasets, partitioners, label-independent properties,
+  text and check-in data;
+- :mod:`fedleak.privacy` -- DP mechanisms, accounting, DP-SGD, DPNorm,
+  identifiability bounds, local DP and syntactic metrics;
+- :mod:`fedleak.dpgm` -- the DP mixture of generative models and its baselines;
+- :mod:`fedleak.synth` -- latent metric-privacy synthetic data;
+- :mod:`fedleak.sketches` -- Count-Min / Count sketches and private statistics;
+- :mod:`fedleak.secagg` -- the secure-aggregation protocol engine (Flower-free);
 - :mod:`fedleak.strategies` -- Flower Message-API server strategies;
-- :mod:`fedleak.clients` -- Flower ClientApps;
-- :mod:`fedleak.attacks` -- attack algorithms, Flower-free;
-- :mod:`fedleak.experiments` -- TOML experiments run as Flower simulations.
+- :mod:`fedleak.clients` -- Flower ClientApps, client behaviours and mods;
+- :mod:`fedleak.attacks` -- attack algorithms, Flower-free (membership,
+  property, audit);
+- :mod:`fedleak.experiments` -- TOML experiments run as Flower simulations;
+- :mod:`fedleak.bench` -- the ``fedleak bench`` benchmarks and their records;
+
+and its core modules :mod:`fedleak.models` (the seed thesis' models),
+:mod:`fedleak.generative` (VAE, DCGAN), :mod:`fedleak.training`,
+:mod:`fedleak.task`, :mod:`fedleak.protocol` (message keys),
+:mod:`fedleak.errors` (the error hierarchy), :mod:`fedleak.validation`
+(argument checks), :mod:`fedleak.files` (atomic writes) and
+:mod:`fedleak.cli` (the ``fedleak`` command). ``ARCHITECTURE.md`` in the
+repository maps them and the direction of their imports.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ experiments (seed 000 Ch. 6.2.1, seed 004 Ch. 4.4.1) and the building blocks
 of the DP generative models (seed 000 Ch. 5) and the synthetic-data framework
 (seed 003). They are plain :class:`torch.nn.Module` objects, sized for CPU
 training on 8x8 digits and 28x28 (Fashion-)MNIST, and every training helper
-takes a ``seed`` and a ``device``.
+takes a ``seed`` and a ``device``. They are not scikit-learn estimators: their
+``sample``/``predict_proba`` use whatever weights the module holds, and
+training is the functions :func:`train_vae`, :func:`train_gan` and
+:class:`GANTrainer`.
 
 :class:`VAE`
     Fully connected variational auto-encoder (Kingma & Welling) with any
@@ -38,6 +41,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .errors import ConfigError, DataError
+from .validation import check_int, check_option, check_positive, check_probability
 
 __all__ = [
     "DCGANDiscriminator",
@@ -155,25 +159,14 @@ class VAE(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        widths = [int(h) for h in hidden]
-        if input_dim < 1 or latent_dim < 1 or any(h < 1 for h in widths):
-            raise ConfigError(
-                f"input_dim, latent_dim and hidden widths must be positive, got "
-                f"input_dim={input_dim}, latent_dim={latent_dim}, hidden={widths}"
-            )
-        if num_classes < 0 or num_classes == 1:
-            raise ConfigError(f"num_classes must be 0 or >= 2, got {num_classes}")
-        if output not in ("bernoulli", "gaussian"):
-            raise ConfigError(
-                f"output must be 'bernoulli' or 'gaussian', got {output!r}"
-            )
-        if output_std <= 0:
-            raise ConfigError(f"output_std must be positive, got {output_std}")
+        widths = [check_int("hidden", h, low=1) for h in hidden]
+        check_int("input_dim", input_dim, low=1)
+        check_int("latent_dim", latent_dim, low=1)
+        _conditional_classes(num_classes)
+        check_option("output", output, ("bernoulli", "gaussian"))
+        check_positive("output_std", output_std)
         acts: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
-        if activation not in acts:
-            raise ConfigError(
-                f"activation must be 'relu' or 'tanh', got {activation!r}"
-            )
+        check_option("activation", activation, tuple(acts))
         self.input_dim = int(input_dim)
         self.latent_dim = int(latent_dim)
         self.num_classes = int(num_classes)
@@ -348,6 +341,8 @@ def train_vae(
 ) -> list[float]:
     """Train ``model`` with Adam on the negative ELBO; return the mean loss per epoch.
 
+    ``model`` is trained in place (PyTorch's convention); ``x`` is not written.
+
     Parameters
     ----------
     model : VAE
@@ -370,11 +365,9 @@ def train_vae(
     list of float
         Mean negative ELBO of each epoch.
     """
-    if epochs < 0 or batch_size < 1 or lr <= 0:
-        raise ConfigError(
-            f"need epochs >= 0, batch_size >= 1, lr > 0; got epochs={epochs}, "
-            f"batch_size={batch_size}, lr={lr}"
-        )
+    check_int("epochs", epochs, low=0)
+    check_int("batch_size", batch_size, low=1)
+    check_positive("lr", lr)
     data = as_tensor(x, device=device)
     labels = _labels_for(model.num_classes, y, data.shape[0], device)
     if data.shape[0] == 0:
@@ -401,14 +394,26 @@ def train_vae(
     return history
 
 
-def _check_image_shape(image_shape: Sequence[int]) -> tuple[int, int, int]:
-    shape = tuple(int(s) for s in image_shape)
-    if len(shape) != 3 or min(shape) < 1 or shape[1] % 4 or shape[2] % 4:
+def _image_shape(image_shape: Sequence[int]) -> tuple[int, int, int]:
+    """Return ``(C, H, W)`` with ``H`` and ``W`` divisible by 4 (two upsamplings)."""
+    shape = tuple(image_shape)
+    sizes = [check_int(f"image_shape[{i}]", s, low=1) for i, s in enumerate(shape)]
+    if len(sizes) != 3 or sizes[1] % 4 or sizes[2] % 4:
         raise ConfigError(
-            f"image_shape must be (channels, height, width) with height and width "
-            f"divisible by 4 (e.g. (1, 28, 28) or (1, 8, 8)), got {tuple(image_shape)}"
+            "image_shape must be (channels, height, width) with height and width "
+            f"divisible by 4, e.g. (1, 28, 28) or (1, 8, 8); got {shape!r}."
         )
-    return shape[0], shape[1], shape[2]
+    return sizes[0], sizes[1], sizes[2]
+
+
+def _conditional_classes(num_classes: int) -> int:
+    """Return ``num_classes`` if it is 0 (unconditional) or at least 2."""
+    count = check_int("num_classes", num_classes, low=0)
+    if count == 1:
+        raise ConfigError(
+            "num_classes must be 0 (unconditional) or an integer >= 2; got 1."
+        )
+    return count
 
 
 class DCGANGenerator(nn.Module):
@@ -443,12 +448,10 @@ class DCGANGenerator(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        channels, height, width = _check_image_shape(image_shape)
-        if latent_dim < 1 or base_channels < 1 or num_classes < 0 or num_classes == 1:
-            raise ConfigError(
-                f"need latent_dim >= 1, base_channels >= 1, num_classes 0 or >= 2; got "
-                f"{latent_dim}, {base_channels}, {num_classes}"
-            )
+        channels, height, width = _image_shape(image_shape)
+        check_int("latent_dim", latent_dim, low=1)
+        check_int("base_channels", base_channels, low=1)
+        _conditional_classes(num_classes)
         self.image_shape = (channels, height, width)
         self.latent_dim = int(latent_dim)
         self.num_classes = int(num_classes)
@@ -541,12 +544,9 @@ class DCGANDiscriminator(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        channels, height, width = _check_image_shape(image_shape)
-        if base_channels < 1 or num_classes < 0 or num_classes == 1:
-            raise ConfigError(
-                f"need base_channels >= 1 and num_classes 0 or >= 2; got "
-                f"{base_channels}, {num_classes}"
-            )
+        channels, height, width = _image_shape(image_shape)
+        check_int("base_channels", base_channels, low=1)
+        _conditional_classes(num_classes)
         self.image_shape = (channels, height, width)
         self.num_classes = int(num_classes)
         c = int(base_channels)
@@ -617,8 +617,7 @@ class LabelNoise:
                 raise ConfigError(
                     f"{name}_range must be (low, high), got {(low, high)}"
                 )
-        if not 0.0 <= self.flip_prob <= 1.0:
-            raise ConfigError(f"flip_prob must be in [0, 1], got {self.flip_prob}")
+        check_probability("flip_prob", self.flip_prob)
 
     @classmethod
     def seed_000(cls, flip_prob: float = 0.05) -> LabelNoise:
@@ -716,11 +715,9 @@ class GANTrainer:
                 f"generator makes {generator.image_shape} images, discriminator "
                 f"expects {discriminator.image_shape}"
             )
-        if batch_size < 1 or lr <= 0 or extra_delay_steps < 0:
-            raise ConfigError(
-                f"need batch_size >= 1, lr > 0, extra_delay_steps >= 0; got "
-                f"{batch_size}, {lr}, {extra_delay_steps}"
-            )
+        check_int("batch_size", batch_size, low=1)
+        check_positive("lr", lr)
+        check_int("extra_delay_steps", extra_delay_steps, low=0)
         self.generator = generator.to(device)
         self.discriminator = discriminator.to(device)
         self.num_classes = generator.num_classes
@@ -827,9 +824,9 @@ def train_gan(
     A thin loop over :class:`GANTrainer`; ``on_epoch_end(epoch, trainer)`` is
     called after every epoch (1-based), which is how the harness measures
     white-box attack accuracy against training epochs (seed 000 Fig. 6.7).
+    ``generator`` and ``discriminator`` are trained in place.
     """
-    if epochs < 0:
-        raise ConfigError(f"epochs must be >= 0, got {epochs}")
+    check_int("epochs", epochs, low=0)
     trainer = GANTrainer(
         generator,
         discriminator,

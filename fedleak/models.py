@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .validation import check_int, check_option, check_probability
 
 __all__ = [
     "MODEL_NAMES",
@@ -63,18 +64,17 @@ PADDING_IDX = 0
 """Token id of padding (equals :data:`fedleak.data.text.PAD_ID`)."""
 
 
-def _check_input_shape(
-    input_shape: Sequence[int], num_classes: int
-) -> tuple[int, int, int]:
-    shape = tuple(int(s) for s in input_shape)
-    if len(shape) != 3 or min(shape) < 1:
+def _image_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
+    """Return ``(channels, height, width)``, each an integer >= 1."""
+    shape = tuple(input_shape)
+    if len(shape) != 3:
         raise ConfigError(
-            f"input_shape must be (channels, height, width) with positive sizes, "
-            f"got {tuple(input_shape)}"
+            f"input_shape must be (channels, height, width); got {shape!r}."
         )
-    if num_classes < 2:
-        raise ConfigError(f"num_classes must be >= 2, got {num_classes}")
-    return shape[0], shape[1], shape[2]
+    channels, height, width = (
+        check_int(f"input_shape[{i}]", size, low=1) for i, size in enumerate(shape)
+    )
+    return channels, height, width
 
 
 class ImageCNN(nn.Module):
@@ -106,7 +106,8 @@ class ImageCNN(nn.Module):
         hidden: int = 256,
     ) -> None:
         super().__init__()
-        in_ch, height, width = _check_input_shape(input_shape, num_classes)
+        in_ch, height, width = _image_shape(input_shape)
+        check_int("num_classes", num_classes, low=2)
         layers: list[nn.Module] = []
         for out_ch in channels:
             layers += [nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1), nn.ReLU()]
@@ -149,7 +150,8 @@ class MLP(nn.Module):
         hidden: Sequence[int] = (128, 64),
     ) -> None:
         super().__init__()
-        in_ch, height, width = _check_input_shape(input_shape, num_classes)
+        in_ch, height, width = _image_shape(input_shape)
+        check_int("num_classes", num_classes, low=2)
         layers: list[nn.Module] = [nn.Flatten()]
         width_in = in_ch * height * width
         for width_out in hidden:
@@ -174,18 +176,6 @@ def _embedding(vocab_size: int, embedding_dim: int) -> nn.Embedding:
         embedding.weight.uniform_(-EMBEDDING_INIT_RANGE, EMBEDDING_INIT_RANGE)
         embedding.weight[PADDING_IDX].zero_()
     return embedding
-
-
-def _check_text_args(vocab_size: int, num_classes: int, dropout: float) -> None:
-    if vocab_size < 2:
-        raise ConfigError(
-            f"vocab_size must be >= 2 (padding plus at least one token), "
-            f"got {vocab_size}"
-        )
-    if num_classes < 2:
-        raise ConfigError(f"num_classes must be >= 2, got {num_classes}")
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"dropout must lie in [0, 1), got {dropout}")
 
 
 class TextCNN(nn.Module):
@@ -233,9 +223,13 @@ class TextCNN(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_text_args(vocab_size, num_classes, dropout)
-        if not windows or min(windows) < 1:
-            raise ConfigError(f"windows must be positive sizes, got {tuple(windows)}")
+        check_int("vocab_size", vocab_size, low=2)  # padding plus one token
+        check_int("num_classes", num_classes, low=2)
+        check_probability("dropout", dropout, closed="left")
+        if not windows:
+            raise ConfigError("windows must be one or more sizes; got ().")
+        for size in windows:
+            check_int("windows", size, low=1)
         self.embedding = _embedding(vocab_size, embedding_dim)
         self.convs = nn.ModuleList(
             nn.Conv1d(embedding_dim, filters, kernel_size=k) for k in windows
@@ -298,7 +292,9 @@ class TextGRU(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_text_args(vocab_size, num_classes, dropout)
+        check_int("vocab_size", vocab_size, low=2)  # padding plus one token
+        check_int("num_classes", num_classes, low=2)
+        check_probability("dropout", dropout, closed="left")
         self.embedding = _embedding(vocab_size, embedding_dim)
         self.gru = nn.GRU(embedding_dim, hidden, batch_first=True)
         self.dropout = nn.Dropout(dropout)
@@ -346,10 +342,7 @@ def build_text_model(
         model), which leaves the initial plateau of plain SGD several times
         sooner. Ignored by ``text-gru``.
     """
-    if name not in TEXT_MODEL_NAMES:
-        raise ConfigError(
-            f"unknown text model {name!r}; choose one of {list(TEXT_MODEL_NAMES)}"
-        )
+    check_option("name", name, TEXT_MODEL_NAMES)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -400,8 +393,7 @@ def build_model(
     torch.nn.Module
         The model, in training mode, on the CPU.
     """
-    if name not in MODEL_NAMES:
-        raise ConfigError(f"unknown model {name!r}; choose one of {list(MODEL_NAMES)}")
+    check_option("name", name, MODEL_NAMES)
     if name in TEXT_MODEL_NAMES:
         if vocab_size is None or len(tuple(input_shape)) != 1:
             raise ConfigError(

@@ -46,6 +46,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, ProtocolError
+from fedleak.validation import check_int, check_probability
 
 __all__ = [
     "PartitionAwareStrategy",
@@ -109,16 +110,6 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else text
 
 
-def _check_fraction(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0 or math.isnan(value):
-        raise ConfigError(f"{name} must be in [0, 1], got {value}")
-
-
-def _check_count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
 class PartitionAwareStrategy(Strategy, ABC):
     """Base of fedleak's strategies: waiting, identification, seeded sampling.
 
@@ -164,12 +155,12 @@ class PartitionAwareStrategy(Strategy, ABC):
         identify_timeout: float = 60.0,
         weighted_by_key: str = protocol.NUM_EXAMPLES,
     ) -> None:
-        _check_fraction("fraction_train", fraction_train)
-        _check_fraction("fraction_evaluate", fraction_evaluate)
-        _check_count("min_train_nodes", min_train_nodes, 1)
-        _check_count("min_evaluate_nodes", min_evaluate_nodes, 1)
-        _check_count("min_available_nodes", min_available_nodes, 1)
-        _check_count("seed", seed, 0)
+        check_probability("fraction_train", fraction_train)
+        check_probability("fraction_evaluate", fraction_evaluate)
+        check_int("min_train_nodes", min_train_nodes, low=1)
+        check_int("min_evaluate_nodes", min_evaluate_nodes, low=1)
+        check_int("min_available_nodes", min_available_nodes, low=1)
+        check_int("seed", seed, low=0)
         if node_wait_timeout <= 0 or identify_timeout <= 0:
             raise ConfigError("node_wait_timeout and identify_timeout must be > 0")
         self.fraction_train = fraction_train

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import NotFittedError
 
 from fedleak.dpgm.components import BernoulliRBM, make_component
 from fedleak.dpgm.estimator import DPGM, calibrate_sigma_g
@@ -124,7 +125,7 @@ def test_dpgm_refuses_an_unmeetable_budget_before_training() -> None:
         DPGM(1, sigma_g=1.0, epsilon=1.0).fit(x)
     with pytest.raises(DataError):
         DPGM(1, sigma_g=1.0).fit(x * 3)
-    with pytest.raises(ConfigError, match="fit"):
+    with pytest.raises(NotFittedError, match="fit"):
         DPGM(1, sigma_g=1.0).sample(3)
 
 

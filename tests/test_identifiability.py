@@ -169,5 +169,5 @@ def test_errors() -> None:
         expected_advantage_gaussian(1.0, 0.0)
     with pytest.raises(ConfigError, match="rho_alpha must be in"):
         epsilon_for_expected_advantage(1.0, 0.01)
-    with pytest.raises(ConfigError, match=r"> 0\.5"):
+    with pytest.raises(ConfigError, match=r"rho_beta must be in \(0\.5, 1\)"):
         plan_dp_sgd(0.5, 0.01, steps=3)

@@ -18,8 +18,9 @@ from fedleak.attacks.membership.classifier import (
     loss_scores,
     mitigation_efficiency,
 )
+from sklearn.exceptions import NotFittedError
 
-from fedleak.errors import ConfigError, DataError
+from fedleak.errors import DataError
 from fedleak.privacy.ldp import randomized_response
 
 torch.set_num_threads(1)
@@ -121,7 +122,7 @@ def test_loss_scores_and_threshold() -> None:
     attack = LossThresholdAttack().calibrate(probs[:1], labels[:1])
     assert attack.threshold == pytest.approx(math.log(0.9))
     np.testing.assert_array_equal(attack.predict(probs, labels), [True, False, False])
-    with pytest.raises(ConfigError):
+    with pytest.raises(NotFittedError):
         LossThresholdAttack().predict(probs, labels)
     with pytest.raises(DataError):
         loss_scores(probs, np.array([0, 2, 1]))
@@ -142,7 +143,7 @@ def test_one_attack_model_per_class() -> None:
     assert (
         np.mean(pred == member) > 0.95
     )  # a single shared model could not fit both rules
-    with pytest.raises(ConfigError):
+    with pytest.raises(NotFittedError):
         ShadowModelAttack(PROCEDURE, 3).scores(probs, labels)
     with pytest.raises(DataError):
         ShadowModelAttack(PROCEDURE, 3, shadow_size=100).fit(probs[:150], labels[:150])

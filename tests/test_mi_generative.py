@@ -14,6 +14,7 @@ from fedleak.attacks.membership.generative import (
 )
 from fedleak.attacks.membership.metrics import evaluate_scores
 from sklearn.datasets import load_digits
+from sklearn.exceptions import NotFittedError
 
 from fedleak.errors import ConfigError
 from fedleak.generative import DCGANDiscriminator, DCGANGenerator, LabelNoise, train_gan
@@ -134,6 +135,8 @@ def test_auxiliary_knowledge_validation() -> None:
         DiscriminativeAttack((1, 8, 8), config=ATTACKER).fit(
             images, AuxiliaryKnowledge(train=images), steps=1
         )
-    with pytest.raises(ConfigError):
+    with pytest.raises(NotFittedError):
         BlackBoxAttack((1, 8, 8)).scores(images)
+    with pytest.raises(NotFittedError):
+        DiscriminativeAttack((1, 8, 8)).scores(images)
     assert AttackerConfig().label_noise == LabelNoise.seed_000()

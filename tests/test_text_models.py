@@ -83,7 +83,7 @@ def test_build_model_dispatches_text_names_and_keeps_image_models() -> None:
         build_model("text-gru", (1, 8, 8), 2)
     with pytest.raises(ConfigError, match="dropout"):
         build_text_model("text-cnn", 10, 2, dropout=1.0)
-    with pytest.raises(ConfigError, match="unknown text model"):
+    with pytest.raises(ConfigError, match="name must be one of 'text-cnn'"):
         build_text_model("cnn", 10, 2)
 
 

@@ -34,18 +34,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
 import torch
-from sklearn.base import ClassifierMixin, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.exceptions import NotFittedError
 from sklearn.metrics import roc_auc_score
+from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
-from fedleak.errors import ConfigError, DataError
+from fedleak.errors import DataError
 from fedleak.training import evaluate, train_epochs
+from fedleak.validation import check_int
 
 from .metrics import membership_advantage, precision_recall
 
@@ -270,6 +273,11 @@ def loss_scores(
 class LossThresholdAttack:
     """Loss-threshold attack of Yeom et al.: member iff loss <= mean training loss.
 
+    Not a scikit-learn estimator: it has one number, set by :meth:`calibrate`
+    or given directly, and it scores a target's prediction vectors rather
+    than records. :meth:`predict` before either raises
+    :class:`sklearn.exceptions.NotFittedError`.
+
     Attributes
     ----------
     threshold : float, optional
@@ -294,9 +302,18 @@ class LossThresholdAttack:
         return loss_scores(probs, labels)
 
     def predict(self, probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Member decisions: score at least the threshold."""
+        """Member decisions: score at least the threshold.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the threshold is neither calibrated nor given.
+        """
         if self.threshold is None:
-            raise ConfigError("call calibrate() (or set threshold) before predict()")
+            raise NotFittedError(
+                "This LossThresholdAttack has no threshold yet: call calibrate() "
+                "(or give threshold) before predict()."
+            )
         return self.scores(probs, labels) >= self.threshold
 
 
@@ -312,9 +329,13 @@ def _attack_features(probs: np.ndarray) -> np.ndarray:
     return np.concatenate([probs, np.log(np.maximum(probs, 1e-12))], axis=1)
 
 
-@dataclass
-class ShadowModelAttack:
+class ShadowModelAttack(BaseEstimator):  # type: ignore[misc]
     """Shadow-model attack of Shokri et al. with one attack model per class.
+
+    A scikit-learn estimator: the constructor stores its parameters as given
+    (``get_params``/``set_params``/``clone`` work), they are checked when the
+    attack is trained, :meth:`fit` returns ``self``, and :meth:`scores`
+    before :meth:`fit` raises :class:`sklearn.exceptions.NotFittedError`.
 
     Parameters
     ----------
@@ -329,28 +350,34 @@ class ShadowModelAttack:
         Records in each shadow training set (and as many in its test set);
         match the target's training-set size.
     attack_model : scikit-learn classifier, optional
-        Prototype of the per-class attack model (cloned per class);
-        scikit-learn's ``HistGradientBoostingClassifier`` by default.
+        Prototype of the per-class attack model (cloned per class); ``None``
+        means scikit-learn's ``HistGradientBoostingClassifier(max_iter=100,
+        random_state=0)``.
     seed : int, default=0
         Seeds the shadow splits and the shadow models.
+
+    Attributes
+    ----------
+    models_ : dict of int to classifier or float
+        The attack model of every class, or the constant probability of
+        "in" for a class whose training triples were all "in" or all "out".
     """
 
-    train: TrainProcedure
-    num_classes: int
-    num_shadows: int = 4
-    shadow_size: int = 500
-    attack_model: ClassifierMixin = field(default_factory=_default_attack_model)
-    seed: int = 0
-    models_: dict[int, ClassifierMixin | float] = field(
-        default_factory=dict, init=False
-    )
-
-    def __post_init__(self) -> None:
-        if self.num_classes < 2 or self.num_shadows < 1 or self.shadow_size < 1:
-            raise ConfigError(
-                f"need num_classes >= 2, num_shadows >= 1, shadow_size >= 1; got "
-                f"{self.num_classes}, {self.num_shadows}, {self.shadow_size}"
-            )
+    def __init__(
+        self,
+        train: TrainProcedure,
+        num_classes: int,
+        num_shadows: int = 4,
+        shadow_size: int = 500,
+        attack_model: ClassifierMixin | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.train = train
+        self.num_classes = num_classes
+        self.num_shadows = num_shadows
+        self.shadow_size = shadow_size
+        self.attack_model = attack_model
+        self.seed = seed
 
     def shadow_records(
         self, x_shadow: np.ndarray, y_shadow: np.ndarray
@@ -361,6 +388,9 @@ class ShadowModelAttack:
         ``D_test_i`` of ``shadow_size`` records each from the shadow data;
         different shadows may overlap (seed 004 Ch. 4.3.1).
         """
+        check_int("num_classes", self.num_classes, low=2)
+        check_int("num_shadows", self.num_shadows, low=1)
+        check_int("shadow_size", self.shadow_size, low=1)
         x = np.asarray(x_shadow)
         y = np.asarray(y_shadow).astype(np.int64)
         if x.shape[0] != y.shape[0]:
@@ -398,25 +428,35 @@ class ShadowModelAttack:
         A class whose triples are all "in" or all "out" gets that constant
         probability as its model.
         """
+        num_classes = check_int("num_classes", self.num_classes, low=2)
+        prototype = (
+            _default_attack_model() if self.attack_model is None else self.attack_model
+        )
         p, y = _probs_and_labels(probs, labels)
         is_in = np.asarray(member).astype(bool)
-        self.models_ = {}
-        for cls in range(self.num_classes):
+        models: dict[int, ClassifierMixin | float] = {}
+        for cls in range(num_classes):
             rows = y == cls
             if not rows.any():
-                self.models_[cls] = 0.5
+                models[cls] = 0.5
             elif is_in[rows].all() or not is_in[rows].any():
-                self.models_[cls] = float(is_in[rows][0])
+                models[cls] = float(is_in[rows][0])
             else:
-                model = clone(self.attack_model)
+                model = clone(prototype)
                 model.fit(_attack_features(p[rows]), is_in[rows])
-                self.models_[cls] = model
+                models[cls] = model
+        self.models_ = models
         return self
 
     def scores(self, probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Probability of "in" from the attack model of each record's class."""
-        if not self.models_:
-            raise ConfigError("call fit() before scores()")
+        """Probability of "in" from the attack model of each record's class.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit` (or :meth:`fit_attack_models`).
+        """
+        check_is_fitted(self, "models_")
         p, y = _probs_and_labels(probs, labels)
         out = np.empty(y.shape[0])
         for cls in np.unique(y):

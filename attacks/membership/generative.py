@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from sklearn.exceptions import NotFittedError
 from torch.nn import functional as F
 
 from fedleak.errors import ConfigError, DataError
@@ -42,6 +43,7 @@ from fedleak.generative import (
     LabelNoise,
     as_tensor,
 )
+from fedleak.validation import check_int
 
 __all__ = [
     "AttackerConfig",
@@ -120,8 +122,7 @@ class AuxiliaryKnowledge:
     delay_steps: int = 0
 
     def __post_init__(self) -> None:
-        if self.delay_steps < 0:
-            raise ConfigError(f"delay_steps must be >= 0, got {self.delay_steps}")
+        check_int("delay_steps", self.delay_steps, low=0)
         if self.train is None and self.test is None:
             raise ConfigError("auxiliary knowledge needs known train or test records")
 
@@ -138,6 +139,12 @@ EvalCallback = Callable[[int, "BlackBoxAttack"], None]
 
 class BlackBoxAttack:
     """Black-box attack with a local DCGAN (seed 000 Ch. 6.1.3 and 6.1.4).
+
+    Not a scikit-learn estimator: the local GAN's torch modules are built
+    (and seeded) at construction and :meth:`fit` trains them for ``steps``
+    more steps, so a second call continues the training rather than
+    restarting it. :meth:`scores` before :meth:`fit` raises
+    :class:`sklearn.exceptions.NotFittedError`.
 
     Parameters
     ----------
@@ -208,10 +215,8 @@ class BlackBoxAttack:
         BlackBoxAttack
             ``self``, trained.
         """
-        if steps < 0 or eval_every < 0:
-            raise ConfigError(
-                f"need steps >= 0, eval_every >= 0; got {steps}, {eval_every}"
-            )
+        check_int("steps", steps, low=0)
+        check_int("eval_every", eval_every, low=0)
         if auxiliary is not None and auxiliary.train is None:
             raise ConfigError(
                 "the generative auxiliary-knowledge attack needs known training "
@@ -246,9 +251,17 @@ class BlackBoxAttack:
         return self
 
     def scores(self, records: np.ndarray) -> np.ndarray:
-        """Score records by the local discriminator ``D_bb(x)``."""
+        """Score records by the local discriminator ``D_bb(x)``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
+        """
         if self.trainer is None:
-            raise ConfigError("call fit() before scores()")
+            raise NotFittedError(
+                "This BlackBoxAttack is not trained yet: call fit() before scores()."
+            )
         self.discriminator.eval()
         return self.discriminator.predict_proba(records)
 
@@ -266,6 +279,10 @@ class DiscriminativeAttack:
     known training records) labelled real and known test records labelled
     fake, with the same soft/noisy labels as the black-box attack; its output
     scores candidates.
+
+    Not a scikit-learn estimator: the discriminator is built (and seeded) at
+    construction and every :meth:`fit` call trains it further. :meth:`scores`
+    before :meth:`fit` raises :class:`sklearn.exceptions.NotFittedError`.
 
     Parameters
     ----------
@@ -316,10 +333,8 @@ class DiscriminativeAttack:
                 "the discriminative attack needs known test records: they are the "
                 "fake samples of its discriminator (seed 000 Ch. 6.1.4)"
             )
-        if steps < 0 or eval_every < 0:
-            raise ConfigError(
-                f"need steps >= 0, eval_every >= 0; got {steps}, {eval_every}"
-            )
+        check_int("steps", steps, low=0)
+        check_int("eval_every", eval_every, low=0)
         samples = as_tensor(target_samples, device=self.device)
         known_test = as_tensor(auxiliary.test, device=self.device)
         known_train = (
@@ -358,9 +373,18 @@ class DiscriminativeAttack:
         return self
 
     def scores(self, records: np.ndarray) -> np.ndarray:
-        """Score records by the trained discriminator."""
+        """Score records by the trained discriminator.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
+        """
         if not self._fitted:
-            raise ConfigError("call fit() before scores()")
+            raise NotFittedError(
+                "This DiscriminativeAttack is not trained yet: call fit() before "
+                "scores()."
+            )
         self.discriminator.eval()
         return self.discriminator.predict_proba(records)
 

@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from sklearn.metrics import precision_score, recall_score, roc_auc_score, roc_curve
 
-from fedleak.errors import ConfigError, DataError
+from fedleak.errors import DataError
+from fedleak.validation import check_int
 
 __all__ = [
     "MIMetrics",
@@ -89,8 +90,7 @@ def top_n_decision(scores: np.ndarray, n: int, rng: np.random.Generator) -> np.n
         Boolean mask of shape ``(m,)`` with exactly ``n`` True entries.
     """
     arr = _scores(scores)
-    if not 0 <= n <= arr.shape[0]:
-        raise ConfigError(f"n must lie in [0, {arr.shape[0]}], got {n}")
+    check_int("n", n, low=0, high=arr.shape[0])
     order = rng.permutation(arr.shape[0])
     ranked = order[np.argsort(-arr[order], kind="stable")]
     decision = np.zeros(arr.shape[0], dtype=bool)
@@ -296,16 +296,6 @@ ScoreFunction = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
 """``score(member_idx, nonmember_idx) -> (member_scores, nonmember_scores)``."""
 
 
-def _check_set_sizes(
-    num_members: int, num_nonmembers: int, set_size: int, trials: int
-) -> None:
-    if not 1 <= set_size <= min(num_members, num_nonmembers) or trials < 1:
-        raise ConfigError(
-            f"need 1 <= set_size <= {min(num_members, num_nonmembers)} and "
-            f"trials >= 1, got set_size={set_size}, trials={trials}"
-        )
-
-
 def mi_trials(
     score: ScoreFunction,
     num_members: int,
@@ -346,7 +336,9 @@ def mi_trials(
         Fraction of trials in which the member set was identified (0.5 by
         chance).
     """
-    _check_set_sizes(num_members, num_nonmembers, set_size, trials)
+    smaller = min(num_members, num_nonmembers)
+    check_int("set_size (at most the smaller set)", set_size, low=1, high=smaller)
+    check_int("trials", trials, low=1)
     single, wins = 0.0, 0
     for _ in range(trials):
         idx_in = rng.choice(num_members, size=set_size, replace=False)

@@ -50,6 +50,13 @@ from sklearn.decomposition import PCA
 
 from fedleak.errors import ConfigError, DataError
 from fedleak.generative import VAE, as_tensor
+from fedleak.validation import (
+    Interval,
+    check_int,
+    check_option,
+    check_positive,
+    check_real,
+)
 
 from .metrics import ScoreFunction
 
@@ -86,7 +93,12 @@ def _images(images: np.ndarray) -> np.ndarray:
 
 
 class FeatureMap(Protocol):
-    """Maps images ``(n, C, H, W)`` to feature vectors ``(n, k)``."""
+    """Maps images ``(n, C, H, W)`` to feature vectors ``(n, k)``.
+
+    The feature maps below are fixed transforms with ``transform`` only, not
+    scikit-learn estimators: :class:`PCAFeatures` fits its PCA on the
+    reference images when it is built, the others need no fitting.
+    """
 
     def transform(self, images: np.ndarray) -> np.ndarray:
         """Return the feature vectors of ``images``."""
@@ -266,8 +278,7 @@ def percentile_heuristic(distances: np.ndarray, percent: float) -> float:
 
     ``percent`` is in percent: the seed's 0.1% percentile is ``percent=0.1``.
     """
-    if not 0 < percent <= 100:
-        raise ConfigError(f"percent must lie in (0, 100], got {percent}")
+    check_real("percent", percent, Interval(0, 100, closed="right"))
     d = np.asarray(distances)
     finite = d[np.isfinite(d)]
     if finite.size == 0:
@@ -291,8 +302,8 @@ def mc_distance_scores(
     neighbourhood contributes a positive amount; ``delta`` clips the
     logarithm at distance 0 (the seed's "avoid log(0)").
     """
-    if epsilon <= 0 or delta <= 0:
-        raise ConfigError(f"epsilon and delta must be positive, got {epsilon}, {delta}")
+    check_positive("epsilon", epsilon)  # a distance here, not a privacy level
+    check_positive("delta", delta)
     d = np.asarray(distances, dtype=np.float64)
     inside = d < epsilon
     with np.errstate(invalid="ignore"):
@@ -325,10 +336,7 @@ class MonteCarloAttack:
         heuristic: Literal["median"] | float = "median",
         delta: float = 1e-6,
     ) -> None:
-        if variant not in ("epsilon", "distance"):
-            raise ConfigError(
-                f"variant must be 'epsilon' or 'distance', got {variant!r}"
-            )
+        check_option("variant", variant, ("epsilon", "distance"))
         if heuristic != "median" and not (
             isinstance(heuristic, float | int) and 0 < float(heuristic) <= 100
         ):
@@ -436,8 +444,7 @@ def reconstruction_scores(
     numpy.ndarray
         ``-f_rec(x)`` per record.
     """
-    if num_samples < 1:
-        raise ConfigError(f"num_samples must be >= 1, got {num_samples}")
+    check_int("num_samples", num_samples, low=1)
     vae.eval()
     device = next(vae.parameters()).device
     data = as_tensor(records, device=str(device)).reshape(len(records), -1)

@@ -35,14 +35,16 @@ from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
+from sklearn.utils.validation import check_is_fitted
 
 from fedleak.errors import ConfigError, DataError
+from fedleak.validation import check_int, check_option, check_positive
 
 __all__ = [
     "CLASSIFIER_KINDS",
@@ -65,13 +67,6 @@ CLASSIFIER_KINDS: Final[tuple[str, ...]] = ("random-forest", "logistic")
 """Classifiers :class:`BatchPropertyClassifier` can wrap."""
 
 _ROUND_FILE = "round-{:06d}.npz"
-
-
-def _check_pooling(pooling: str) -> None:
-    if pooling not in POOLINGS:
-        raise ConfigError(
-            f"unknown pooling {pooling!r}; choose one of {list(POOLINGS)}"
-        )
 
 
 def gradient_features(
@@ -124,7 +119,7 @@ def gradient_features(
     DataError
         If ``update`` holds no tensor.
     """
-    _check_pooling(pooling)
+    check_option("pooling", pooling, POOLINGS)
     names = list(update) if layers is None else list(layers)
     missing = [name for name in names if name not in update]
     if missing:
@@ -195,10 +190,10 @@ class BatchPropertyClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[m
         self.normalize = normalize
 
     def _build(self) -> Any:
+        check_option("kind", self.kind, CLASSIFIER_KINDS)
         steps: list[Any] = [Normalizer()] if self.normalize else []
         if self.kind == "random-forest":
-            if self.n_estimators < 1:
-                raise ConfigError(f"n_estimators must be >= 1, got {self.n_estimators}")
+            check_int("n_estimators", self.n_estimators, low=1)
             return make_pipeline(
                 *steps,
                 RandomForestClassifier(
@@ -207,17 +202,11 @@ class BatchPropertyClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[m
                     n_jobs=1,
                 ),
             )
-        if self.kind == "logistic":
-            if not self.C > 0:
-                raise ConfigError(f"C must be > 0, got {self.C}")
-            return make_pipeline(
-                *steps,
-                StandardScaler(),
-                LogisticRegression(C=self.C, max_iter=2000),
-            )
-        raise ConfigError(
-            f"unknown classifier kind {self.kind!r}; choose one of "
-            f"{list(CLASSIFIER_KINDS)}"
+        check_positive("C", self.C)
+        return make_pipeline(
+            *steps,
+            StandardScaler(),
+            LogisticRegression(C=self.C, max_iter=2000),
         )
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> BatchPropertyClassifier:
@@ -242,9 +231,14 @@ class BatchPropertyClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[m
         return self
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """Return ``[P(no property), P(property)]`` for every row of ``X``."""
-        if not hasattr(self, "estimator_"):
-            raise ConfigError("call fit before predict_proba")
+        """Return ``[P(no property), P(property)]`` for every row of ``X``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
+        """
+        check_is_fitted(self, "estimator_")
         features = np.asarray(X, dtype=np.float64)
         if features.ndim != 2 or features.shape[1] != self.n_features_in_:
             raise DataError(
@@ -270,11 +264,16 @@ class BatchPropertyClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[m
 
         Raises
         ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
         ConfigError
-            If the classifier is not a fitted logistic regression.
+            If the fitted classifier is not a logistic regression.
         """
-        if self.kind != "logistic" or not hasattr(self, "estimator_"):
-            raise ConfigError("top_features needs a fitted logistic classifier")
+        check_is_fitted(self, "estimator_")
+        if not isinstance(self.estimator_[-1], LogisticRegression):
+            raise ConfigError(
+                f"top_features needs kind='logistic'; the fitted kind is {self.kind!r}."
+            )
         coef = np.asarray(self.estimator_[-1].coef_[0])
         return np.argsort(-coef, kind="stable")[:k]
 
@@ -352,8 +351,7 @@ def score_series(
     scores : numpy.ndarray
         Their (smoothed) scores.
     """
-    if window < 1:
-        raise ConfigError(f"window must be >= 1, got {window}")
+    check_int("window", window, low=1)
     r = np.asarray(rounds)
     s = np.asarray(scores, dtype=np.float64)
     if r.shape != s.shape:
@@ -405,16 +403,25 @@ class PropertyObservations:
         Parameters
         ----------
         classifier : BatchPropertyClassifier, optional
-            Default: a random forest of 50 trees, ``random_state=0``.
+            Default: a random forest of 50 trees, ``random_state=0``. It is
+            cloned (``sklearn.base.clone``): the caller's object stays
+            unfitted.
         max_round : int, optional
             Use only auxiliary gradients of rounds ``<= max_round``.
+
+        Returns
+        -------
+        BatchPropertyClassifier
+            The fitted clone.
         """
         keep = (
             np.ones(self.aux_rounds.shape, dtype=bool)
             if max_round is None
             else self.aux_rounds <= max_round
         )
-        model = classifier if classifier is not None else BatchPropertyClassifier()
+        model = (
+            clone(classifier) if classifier is not None else BatchPropertyClassifier()
+        )
         return model.fit(self.aux[keep], self.aux_labels[keep])
 
     def scores(self, classifier: BatchPropertyClassifier) -> np.ndarray:

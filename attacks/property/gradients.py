@@ -444,7 +444,7 @@ def multitask_gradient(
 def apply_head_step(
     head: PropertyHead, gradients: Mapping[str, np.ndarray], learning_rate: float
 ) -> None:
-    """One SGD step of the local property head."""
+    """One SGD step of the local property head, applied to ``head`` in place."""
     with torch.no_grad():
         for name, p in head.named_parameters():
             step = torch.from_numpy(np.asarray(gradients[name], dtype=np.float32))

@@ -39,8 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
-from ._checks import check_fraction, check_int
+from ..errors import DataError
+from ..validation import (
+    Interval,
+    check_int,
+    check_positive,
+    check_probability,
+    check_real,
+)
 from .text import TextDataset, split_text_dataset
 
 __all__ = [
@@ -259,7 +265,7 @@ def user_venue_sequences(
     dict of int to list of str
         User id (ascending) -> venue ids ordered by time (ties by file order).
     """
-    min_distinct = check_int(min_distinct, "min_distinct", 1)
+    min_distinct = check_int("min_distinct", min_distinct, low=1)
     order = np.lexsort((np.arange(len(table)), table.utc_time, table.user))
     out: dict[int, list[str]] = {}
     for i in order:
@@ -413,21 +419,16 @@ def synthetic_checkins(
     seed : int or numpy.random.Generator, default=0
         Seed; the same seed gives the same check-ins.
     """
-    num_users = check_int(num_users, "num_users", 1)
-    num_venues = check_int(num_venues, "num_venues", 1)
-    num_areas = check_int(num_areas, "num_areas", 1)
-    num_categories = check_int(num_categories, "num_categories", 2)
-    min_checkins = check_int(min_checkins, "min_checkins", 1)
-    check_fraction(home_fraction, "home_fraction")
-    check_fraction(attribute_fraction, "attribute_fraction")
-    if not zipf_exponent > 0:
-        raise ConfigError(f"zipf_exponent must be > 0, got {zipf_exponent}")
-    if not mean_checkins >= min_checkins:
-        raise ConfigError(
-            f"mean_checkins ({mean_checkins}) must be >= min_checkins ({min_checkins})"
-        )
-    if not attribute_shift >= 1.0:
-        raise ConfigError(f"attribute_shift must be >= 1, got {attribute_shift}")
+    num_users = check_int("num_users", num_users, low=1)
+    num_venues = check_int("num_venues", num_venues, low=1)
+    num_areas = check_int("num_areas", num_areas, low=1)
+    num_categories = check_int("num_categories", num_categories, low=2)
+    min_checkins = check_int("min_checkins", min_checkins, low=1)
+    check_probability("home_fraction", home_fraction)
+    check_probability("attribute_fraction", attribute_fraction)
+    check_positive("zipf_exponent", zipf_exponent)
+    check_real("mean_checkins", mean_checkins, Interval(min_checkins, None))
+    check_real("attribute_shift", attribute_shift, Interval(1, None))
     rng = np.random.default_rng(seed)
     side = math.isqrt(num_areas - 1) + 1
     area = rng.integers(0, num_areas, num_venues)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
+from ..validation import check_option
 from .idx import read_idx
 
 __all__ = [
@@ -143,13 +144,6 @@ class DatasetStatus:
     hint: str
 
 
-def _check_name(name: str) -> None:
-    if name not in DATASET_NAMES:
-        raise ConfigError(
-            f"unknown dataset {name!r}; valid names are {', '.join(DATASET_NAMES)}."
-        )
-
-
 def _idx_file(folder: Path, stem: str) -> Path | None:
     """Return the raw or gzipped file ``stem`` in ``folder``, if any."""
     for candidate in (folder / stem, folder / f"{stem}.gz"):
@@ -230,7 +224,7 @@ def find_data_dir(name: str, root: str | Path | None = None) -> Path:
         If no folder holds the files; the message lists every place searched
         and says how to get the data.
     """
-    _check_name(name)
+    check_option("name", name, DATASET_NAMES)
     if name == "digits":
         import sklearn.datasets
 
@@ -387,7 +381,7 @@ def load_dataset(name: str, root: str | Path | None = None) -> Dataset:
         If the data cannot be found or is malformed (truncated files, label
         and image counts that differ, labels out of range).
     """
-    _check_name(name)
+    check_option("name", name, DATASET_NAMES)
     if name == "digits":
         return _load_digits()
     folder = find_data_dir(name, root).resolve()

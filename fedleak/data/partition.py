@@ -8,12 +8,10 @@ same seed gives the same partitions.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ._checks import check_fraction, check_int
+from ..validation import check_int, check_positive, check_probability
 
 __all__ = [
     "partition_dirichlet",
@@ -54,8 +52,8 @@ def partition_iid(
     DataError
         If there are fewer records than partitions.
     """
-    n = check_int(num_records, "num_records", 0)
-    k = check_int(num_partitions, "num_partitions", 1)
+    n = check_int("num_records", num_records, low=0)
+    k = check_int("num_partitions", num_partitions, low=1)
     if n < k:
         raise DataError(
             f"cannot split {n} records into {k} non-empty partitions; "
@@ -127,11 +125,10 @@ def partition_dirichlet(
         If no draw within ``max_retries`` retries gives every partition
         ``min_partition_size`` records, or the pool is too small for that.
     """
-    k = check_int(num_partitions, "num_partitions", 1)
-    min_size = check_int(min_partition_size, "min_partition_size", 0)
-    retries = check_int(max_retries, "max_retries", 0)
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ConfigError(f"alpha must be a positive number, got {alpha}.")
+    k = check_int("num_partitions", num_partitions, low=1)
+    min_size = check_int("min_partition_size", min_partition_size, low=0)
+    retries = check_int("max_retries", max_retries, low=0)
+    check_positive("alpha", alpha)
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise ConfigError(f"labels must be one-dimensional, got shape {labels.shape}.")
@@ -219,12 +216,10 @@ def partition_property(
         If the pool has too few records with or without the property; the
         message says how many are needed and how many are available.
     """
-    k = check_int(num_partitions, "num_partitions", 1)
-    t = check_int(target, "target", 0)
-    if t >= k:
-        raise ConfigError(f"target must lie in [0, {k}), got {t}.")
-    tf = check_fraction(target_fraction, "target_fraction")
-    of = check_fraction(others_fraction, "others_fraction")
+    k = check_int("num_partitions", num_partitions, low=1)
+    t = check_int("target", target, low=0, high=k - 1)
+    tf = check_probability("target_fraction", target_fraction)
+    of = check_probability("others_fraction", others_fraction)
     mask = np.asarray(has_property)
     if mask.ndim != 1:
         raise ConfigError(
@@ -255,7 +250,7 @@ def partition_property(
             )
         size = lo
     else:
-        size = check_int(partition_size, "partition_size", 1)
+        size = check_int("partition_size", partition_size, low=1)
         if not fits(size):
             need_with, need_without = _property_needs(size, k, tf, of)
             raise DataError(

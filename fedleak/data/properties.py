@@ -16,14 +16,13 @@ face attributes; for MNIST-like data fedleak adds synthetic stand-ins
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 from scipy import ndimage
 
 from ..errors import ConfigError
-from ._checks import check_fraction, check_int
+from ..validation import check_int, check_option, check_positive, check_probability
 
 __all__ = [
     "PROPERTY_NAMES",
@@ -34,14 +33,6 @@ __all__ = [
 
 PROPERTY_NAMES: tuple[str, ...] = ("watermark", "inverted", "blurred")
 """The property kinds :func:`apply_property` knows."""
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in PROPERTY_NAMES:
-        raise ConfigError(
-            f"unknown property {kind!r}; valid properties are "
-            f"{', '.join(PROPERTY_NAMES)}."
-        )
 
 
 def _check_images(x: np.ndarray) -> None:
@@ -102,25 +93,17 @@ def apply_property(
         If ``kind`` is unknown, ``x`` is not a float array of rank 4, or
         ``strength`` or ``patch_fraction`` is out of range.
     """
-    _check_kind(kind)
+    check_option("kind", kind, PROPERTY_NAMES)
     x = np.asarray(x)
     _check_images(x)
-    if not math.isfinite(strength):
-        raise ConfigError(f"strength must be finite, got {strength}.")
     if kind == "blurred":
-        if strength < 0:
-            raise ConfigError(f"blur strength (sigma) must be >= 0, got {strength}.")
+        check_positive("strength (the blur's sigma)", strength, allow_zero=True)
         out = ndimage.gaussian_filter(x, sigma=(0.0, 0.0, strength, strength))
         return _to_unit_range(out, x.dtype)
-    if not 0.0 <= strength <= 1.0:
-        raise ConfigError(
-            f"{kind} strength is a blend weight and must lie in [0, 1], got {strength}."
-        )
-    s = float(strength)
+    s = check_probability("strength (a blend weight)", strength)
     if kind == "inverted":
         return _to_unit_range((1.0 - s) * x + s * (1.0 - x), x.dtype)
-    if not (math.isfinite(patch_fraction) and 0.0 < patch_fraction <= 1.0):
-        raise ConfigError(f"patch_fraction must lie in (0, 1], got {patch_fraction}.")
+    check_probability("patch_fraction", patch_fraction, closed="right")
     height, width = x.shape[2], x.shape[3]
     side = _watermark_side(height, width, patch_fraction)
     rows, cols = np.indices((side, side))
@@ -161,8 +144,8 @@ def choose_property_subset(
     ConfigError
         If ``num_records < 0`` or ``fraction`` is outside ``[0, 1]``.
     """
-    n = check_int(num_records, "num_records", 0)
-    f = check_fraction(fraction, "fraction")
+    n = check_int("num_records", num_records, low=0)
+    f = check_probability("fraction", fraction)
     rng = np.random.default_rng(seed)
     mask = np.zeros(n, dtype=bool)
     mask[rng.permutation(n)[: round(f * n)]] = True
@@ -206,7 +189,7 @@ def add_property(
         If an argument is invalid (see :func:`apply_property` and
         :func:`choose_property_subset`).
     """
-    _check_kind(kind)
+    check_option("kind", kind, PROPERTY_NAMES)
     x = np.asarray(x)
     _check_images(x)
     mask = choose_property_subset(x.shape[0], fraction, seed)

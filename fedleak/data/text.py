@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ._checks import check_fraction, check_int
+from ..validation import check_int, check_probability
 
 __all__ = [
     "DEFAULT_FORTUNES_DIR",
@@ -130,7 +130,7 @@ class Vocabulary:
         Ids are unchanged for the kept words; the dropped words become
         :data:`UNK_ID` when encoded with the restricted vocabulary.
         """
-        top_n = check_int(top_n, "top_n", 1)
+        top_n = check_int("top_n", top_n, low=1)
         return Vocabulary(self.words[:top_n])
 
     def encode(self, tokens: Sequence[str], length: int) -> np.ndarray:
@@ -149,7 +149,7 @@ class Vocabulary:
             int64 array of shape ``(length,)``; positions past the record's
             end hold :data:`PAD_ID`.
         """
-        length = check_int(length, "length", 1)
+        length = check_int("length", length, low=1)
         index = self._index()
         out = np.full(length, PAD_ID, dtype=np.int64)
         ids = [index.get(t, UNK_ID) for t in tokens[:length]]
@@ -160,7 +160,7 @@ class Vocabulary:
         """Encode several tokenised records into an ``(n, length)`` id matrix."""
         rows = [self.encode(r, length) for r in records]
         if not rows:
-            return np.zeros((0, check_int(length, "length", 1)), dtype=np.int64)
+            return np.zeros((0, check_int("length", length, low=1)), dtype=np.int64)
         return np.stack(rows)
 
     def decode(self, ids: Iterable[int]) -> list[str]:
@@ -197,7 +197,7 @@ def build_vocabulary(
     Vocabulary
         Words ordered by decreasing count, ties alphabetically (deterministic).
     """
-    min_count = check_int(min_count, "min_count", 1)
+    min_count = check_int("min_count", min_count, low=1)
     counts: Counter[str] = Counter()
     for record in records:
         counts.update(record)
@@ -206,7 +206,7 @@ def build_vocabulary(
         key=lambda w: (-counts[w], w),
     )
     if max_size is not None:
-        ranked = ranked[: check_int(max_size, "max_size", 1)]
+        ranked = ranked[: check_int("max_size", max_size, low=1)]
     return Vocabulary(tuple(ranked))
 
 
@@ -391,7 +391,7 @@ def load_fortunes(
     """
     folder = find_fortunes_dir(directory)
     files = _category_files(folder)
-    min_words = check_int(min_words, "min_words", 0)
+    min_words = check_int("min_words", min_words, low=0)
     if categories is None:
         names = tuple(files)
     else:
@@ -461,7 +461,7 @@ def split_text_dataset(
         raise ConfigError(
             f"{len(records)} records but {len(labels)} labels; give one label each"
         )
-    check_fraction(test_fraction, "test_fraction")
+    check_probability("test_fraction", test_fraction)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(records))
     n_test = round(test_fraction * len(records))

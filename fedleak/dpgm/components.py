@@ -17,6 +17,10 @@ gradients can be clipped) and ``sample(n, generator, binary)``.
   gradient and DP-SGD clips it like any other. scikit-learn's
   ``BernoulliRBM`` trains with full-batch persistent CD and exposes no
   per-sample gradients, hence this small torch module.
+
+The components are torch modules trained by :class:`~fedleak.dpgm.DPGM`'s
+DP-SGD loop, not scikit-learn estimators: they have no ``fit``, and their
+``sample`` draws from whatever weights the module holds.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
 from ..generative import VAE
+from ..validation import check_int, check_option, check_probability
 
 __all__ = [
     "BernoulliRBM",
@@ -137,11 +141,10 @@ class BernoulliRBM(nn.Module):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if n_visible < 1 or n_hidden < 1 or cd_steps < 1 or sample_steps < 1:
-            raise ConfigError(
-                "n_visible, n_hidden, cd_steps and sample_steps must be >= 1; got "
-                f"{n_visible}, {n_hidden}, {cd_steps}, {sample_steps}."
-            )
+        check_int("n_visible", n_visible, low=1)
+        check_int("n_hidden", n_hidden, low=1)
+        check_int("cd_steps", cd_steps, low=1)
+        check_int("sample_steps", sample_steps, low=1)
         self.hidden = nn.Linear(n_visible, n_hidden)
         self.visible_bias = nn.Linear(n_visible, 1, bias=False)
         generator = torch.Generator().manual_seed(seed)
@@ -260,8 +263,9 @@ def make_component(
     -------
     GenerativeComponent
     """
-    if density_prior is not None and not 0.0 < density_prior < 1.0:
-        raise ConfigError(f"density_prior must be in (0, 1); got {density_prior!r}.")
+    check_option("kind", kind, ("vae", "vae2", "rbm"))
+    if density_prior is not None:
+        check_probability("density_prior", density_prior, closed="neither")
     logit = (
         None
         if density_prior is None
@@ -274,10 +278,8 @@ def make_component(
             with torch.no_grad():
                 vae.vae.to_output.bias.fill_(logit)
         return vae
-    if kind == "rbm":
-        rbm = BernoulliRBM(input_dim, hidden, seed=seed)
-        if logit is not None:
-            with torch.no_grad():
-                rbm.visible_bias.weight.fill_(logit)
-        return _RBMComponent(rbm)
-    raise ConfigError(f"component must be 'vae', 'vae2' or 'rbm'; got {kind!r}.")
+    rbm = BernoulliRBM(input_dim, hidden, seed=seed)
+    if logit is not None:
+        with torch.no_grad():
+            rbm.visible_bias.weight.fill_(logit)
+    return _RBMComponent(rbm)

@@ -29,11 +29,20 @@ from typing import Self
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from ..errors import ConfigError, DataError
 from ..privacy.accounting import dpgm_epsilon
 from ..privacy.dpsgd import DPSGD, AdaptiveClipping, FixedClipping, torch_generator
 from ..privacy.randomness import RngLike, check_rng
+from ..validation import (
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_option,
+    check_positive,
+)
 from .components import ComponentKind, GenerativeComponent, make_component
 from .kmeans import KMeansResult, private_kernel_kmeans
 
@@ -97,8 +106,7 @@ def calibrate_sigma_g(
             lambdas=lambdas,
         )
 
-    if not epsilon > 0:
-        raise ConfigError(f"epsilon must be > 0; got {epsilon!r}.")
+    check_epsilon("epsilon", epsilon)
     floor = spent(1e6)
     if floor >= epsilon:
         raise ConfigError(
@@ -121,8 +129,13 @@ def calibrate_sigma_g(
     return high
 
 
-class DPGM:
+class DPGM(BaseEstimator):  # type: ignore[misc]
     """Differentially private mixture of generative models (seed 000 Alg. 3).
+
+    A scikit-learn estimator: the constructor stores its parameters as given
+    (``get_params``/``set_params``/``clone`` work), :meth:`fit` validates them
+    and returns ``self``, and :meth:`sample` before :meth:`fit` raises
+    :class:`sklearn.exceptions.NotFittedError`.
 
     Parameters
     ----------
@@ -248,27 +261,17 @@ class DPGM:
 
     # ------------------------------------------------------------ validation
     def _check(self, n: int) -> _Budget:
-        if self.k < 1 or self.k > n:
-            raise ConfigError(f"k must be in [1, {n}]; got k={self.k}.")
-        if self.component not in ("vae", "vae2", "rbm"):
-            raise ConfigError(
-                f"component must be 'vae', 'vae2' or 'rbm'; got {self.component!r}."
-            )
+        check_int("k", self.k, low=1, high=n)
+        check_option("component", self.component, ("vae", "vae2", "rbm"))
         if (self.epsilon is None) == (self.sigma_g is None):
             raise ConfigError(
                 "give exactly one of epsilon (a target budget) and sigma_g "
                 "(a gradient noise multiplier)."
             )
-        if self.epochs < 1 or not 1 <= self.batch_size <= n:
-            raise ConfigError(
-                f"need epochs >= 1 and 1 <= batch_size <= {n}; got "
-                f"epochs={self.epochs}, batch_size={self.batch_size}."
-            )
-        if self.kmeans_iterations < 0:
-            raise ConfigError("kmeans_iterations must be >= 0.")
-        delta = 1.0 / n if self.delta is None else float(self.delta)
-        if not 0 < delta < 1:
-            raise ConfigError(f"delta must be in (0, 1); got {delta!r}.")
+        check_int("epochs", self.epochs, low=1)
+        check_int("batch_size", self.batch_size, low=1, high=n)
+        check_int("kmeans_iterations", self.kmeans_iterations, low=0)
+        delta = 1.0 / n if self.delta is None else check_delta("delta", self.delta)
         steps = self.epochs * math.ceil(n / self.batch_size)
         return _Budget(q=self.batch_size / n, steps=steps, delta=delta)
 
@@ -280,9 +283,7 @@ class DPGM:
 
     def _resolve_sigma_g(self, budget: _Budget) -> float:
         if self.sigma_g is not None:
-            if not self.sigma_g > 0:
-                raise ConfigError(f"sigma_g must be > 0; got {self.sigma_g!r}.")
-            return float(self.sigma_g)
+            return check_positive("sigma_g", self.sigma_g)
         return calibrate_sigma_g(
             float(self.epsilon or 0.0),
             q=budget.q,
@@ -480,17 +481,20 @@ class DPGM:
         numpy.ndarray
             ``(n, m)`` float32 records; components are picked in proportion
             to ``weights_`` and the rows are shuffled.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
         """
-        if not hasattr(self, "components_"):
-            raise ConfigError("call fit(X) before sample().")
-        count = self.n_samples_fit_ if n is None else int(n)
-        if count < 0:
-            raise ConfigError(f"n must be >= 0; got {n!r}.")
+        check_is_fitted(self, "components_")
+        count = self.n_samples_fit_ if n is None else check_int("n", n, low=0)
         rng = self._sample_rng if seed is None else check_rng(seed)
-        picks = rng.choice(self.k, size=count, p=self.weights_)
+        k = len(self.components_)
+        picks = rng.choice(k, size=count, p=self.weights_)
         generator = torch_generator(rng)
         out = np.zeros((count, self.n_features_in_), dtype=np.float32)
-        for b in range(self.k):
+        for b in range(k):
             rows = np.flatnonzero(picks == b)
             if rows.size:
                 out[rows] = (
@@ -503,11 +507,15 @@ class DPGM:
     def sample_component(
         self, b: int, n: int, *, binary: bool = False, seed: RngLike = None
     ) -> NDArray[np.float32]:
-        """Generate ``n`` records from component ``b`` alone (Fig. 5.4 rows)."""
-        if not hasattr(self, "components_"):
-            raise ConfigError("call fit(X) before sample_component().")
-        if not 0 <= b < self.k:
-            raise ConfigError(f"component index must be in [0, {self.k}); got {b}.")
+        """Generate ``n`` records from component ``b`` alone (Fig. 5.4 rows).
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
+        """
+        check_is_fitted(self, "components_")
+        check_int("b", b, low=0, high=len(self.components_) - 1)
         rng = self._sample_rng if seed is None else check_rng(seed)
         samples = self.components_[b].sample(n, torch_generator(rng), binary=binary)
         result: NDArray[np.float32] = samples.numpy().astype(np.float32)

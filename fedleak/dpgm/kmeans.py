@@ -39,6 +39,7 @@ from ..privacy.accounting import (
 )
 from ..privacy.dpnorm import dp_norm
 from ..privacy.randomness import RngLike, check_rng, noise_normal
+from ..validation import check_epsilon, check_int
 from .rff import RandomFourierFeatures, median_gamma
 
 __all__ = [
@@ -56,6 +57,11 @@ __all__ = [
 @dataclass(frozen=True)
 class KMeansResult:
     """Outcome of a private k-means run.
+
+    A released result, not a scikit-learn estimator: the clustering itself
+    is a function (:func:`private_kernel_kmeans`, :func:`dp_kmeans`) whose
+    noise spends budget once; :meth:`assign` labels new records with the
+    released centres.
 
     Attributes
     ----------
@@ -200,11 +206,8 @@ def _check_inputs(
             f"public data must be 2-d with {data.shape[1]} columns like x; "
             f"got shape {pub.shape}."
         )
-    if k < 1 or pub.shape[0] < k:
-        raise ConfigError(
-            f"k must be >= 1 and at most the number of public records "
-            f"({pub.shape[0]}); got k={k}. Centres start on k public records."
-        )
+    # centres start on k public records
+    check_int("k (at most the number of public records)", k, low=1, high=pub.shape[0])
     return data, pub
 
 
@@ -358,8 +361,7 @@ def kmeans_sigma(
         If the budget cannot be met (e.g. DPNorm alone exceeds it, or the
         ``lambda`` grid is too short for so small an epsilon).
     """
-    if not epsilon > 0:
-        raise ConfigError(f"epsilon must be > 0; got {epsilon!r}.")
+    check_epsilon("epsilon", epsilon)
     low, high = 1e-3, 1.0
     floor = kmeans_epsilon(iterations, 1e12, delta, sigma_c, lambdas)
     if floor >= epsilon:

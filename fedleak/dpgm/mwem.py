@@ -35,6 +35,7 @@ from scipy import sparse
 
 from ..errors import ConfigError, DataError
 from ..privacy.randomness import RngLike, check_rng
+from ..validation import check_epsilon, check_int, check_probability
 from .queries import QueryMode, QueryWorkload
 
 __all__ = ["MWEMResult", "clip_records", "mwem"]
@@ -136,11 +137,10 @@ def mwem(
     -------
     MWEMResult
     """
-    if not epsilon > 0 or iterations < 1 or clip < 1 or not 0 < total_share < 1:
-        raise ConfigError(
-            "need epsilon > 0, iterations >= 1, clip >= 1 and 0 < total_share < 1; "
-            f"got {epsilon}, {iterations}, {clip}, {total_share}."
-        )
+    check_epsilon("epsilon", epsilon)
+    check_int("iterations", iterations, low=1)
+    check_int("clip", clip, low=1)
+    check_probability("total_share", total_share, closed="neither")
     rng = check_rng(seed)
     data = clip_records(records, clip, rng)
     if data.shape[1] != workload.n_items:

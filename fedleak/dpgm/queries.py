@@ -18,8 +18,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import sparse
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..privacy.randomness import RngLike, check_rng
+from ..validation import check_int, check_option
 
 __all__ = [
     "QueryMode",
@@ -87,11 +88,9 @@ def random_item_queries(
     -------
     QueryWorkload
     """
-    if n_items < 1 or max_record_length < 1 or n_queries < n_groups or n_groups < 1:
-        raise ConfigError(
-            "need n_items >= 1, max_record_length >= 1 and n_queries >= n_groups >= 1; "
-            f"got {n_items}, {max_record_length}, {n_queries}, {n_groups}."
-        )
+    check_int("n_items", n_items, low=1)
+    check_int("max_record_length", max_record_length, low=1)
+    check_int("n_queries", n_queries, low=check_int("n_groups", n_groups, low=1))
     rng = check_rng(seed)
     items: list[NDArray[np.int64]] = []
     groups = np.repeat(np.arange(1, n_groups + 1), n_queries // n_groups)
@@ -121,8 +120,7 @@ def answer_queries(
     numpy.ndarray
         One count per query.
     """
-    if mode not in ("all", "any"):
-        raise ConfigError(f"mode must be 'all' or 'any'; got {mode!r}.")
+    check_option("mode", mode, ("all", "any"))
     data = sparse.csc_matrix(records, dtype=np.float64)
     if data.shape[1] != workload.n_items:
         raise DataError(

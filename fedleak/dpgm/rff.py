@@ -19,8 +19,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.kernel_approximation import RBFSampler
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..privacy.randomness import RngLike, check_rng
+from ..validation import check_int, check_positive
 
 __all__ = ["RandomFourierFeatures", "median_gamma"]
 
@@ -38,16 +39,18 @@ class RandomFourierFeatures:
         Kernel width, > 0.
     seed : numpy.random.Generator, int or None
         Seed of ``w`` and ``b``.
+
+    Notes
+    -----
+    Not a scikit-learn estimator: the map is drawn at construction from the
+    seed and never fitted to data (that is what keeps it free of privacy
+    cost), so it offers :meth:`transform` only.
     """
 
     def __init__(self, n_features: int, d: int, gamma: float, seed: RngLike) -> None:
-        if n_features < 1 or d < 1:
-            raise ConfigError(
-                f"n_features and d must be >= 1; got {n_features} and {d}."
-            )
-        if not gamma > 0:
-            raise ConfigError(f"gamma must be > 0; got {gamma!r}.")
-        self.n_features, self.d, self.gamma = int(n_features), int(d), float(gamma)
+        self.n_features = check_int("n_features", n_features, low=1)
+        self.d = check_int("d", d, low=1)
+        self.gamma = check_positive("gamma", gamma)
         state = int(check_rng(seed).integers(0, 2**31 - 1))
         self._sampler = RBFSampler(
             gamma=self.gamma, n_components=self.d, random_state=state

@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import ConfigError
 from ..privacy.randomness import RngLike, check_rng
+from ..validation import Interval, check_int, check_real
 
 __all__ = ["cdr_like", "transit_like"]
 
@@ -41,14 +41,6 @@ __all__ = ["cdr_like", "transit_like"]
 def _zipf_weights(m: int, rng: np.random.Generator) -> NDArray[np.float64]:
     weights = 1.0 / np.arange(1, m + 1)
     return rng.permutation(weights / weights.sum())
-
-
-def _check(n: int, m: int, mean: float) -> None:
-    if n < 1 or m < 2 or not 1.0 <= mean < m:
-        raise ConfigError(
-            f"need n >= 1, m >= 2 and 1 <= mean items < m; got n={n}, m={m}, "
-            f"mean={mean}."
-        )
 
 
 def cdr_like(
@@ -81,7 +73,12 @@ def cdr_like(
     numpy.ndarray
         ``(n, n_cells)`` 0/1 matrix.
     """
-    _check(n, n_cells, mean_cells)
+    check_int("n", n, low=1)
+    check_real(
+        "mean_cells",
+        mean_cells,
+        Interval(1, check_int("n_cells", n_cells, low=2), closed="left"),
+    )
     rng = check_rng(seed)
     cells = rng.random((n_cells, 2))
     popularity = _zipf_weights(n_cells, rng)
@@ -134,9 +131,10 @@ def transit_like(
     numpy.ndarray
         ``(n, n_stations)`` 0/1 matrix.
     """
-    _check(n, n_stations, mean_stations)
-    if not 1 <= lines <= n_stations:
-        raise ConfigError(f"lines must be in [1, {n_stations}]; got {lines}.")
+    check_int("n", n, low=1)
+    stations = check_int("n_stations", n_stations, low=2)
+    check_real("mean_stations", mean_stations, Interval(1, stations, closed="left"))
+    check_int("lines", lines, low=1, high=n_stations)
     rng = check_rng(seed)
     popularity = _zipf_weights(n_stations, rng)
     line_of = np.minimum(np.arange(n_stations) * lines // n_stations, lines - 1)

@@ -27,6 +27,7 @@ values raise :class:`fedleak.errors.ConfigError` naming the key, e.g.
 
 from __future__ import annotations
 
+import copy
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -559,11 +560,28 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _thawed(value: Any) -> Any:
+    """Return a deep copy of ``value`` in which every mapping is a ``dict``."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    return copy.deepcopy(value)
+
+
 def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Return a copy of ``raw`` with dotted ``key=value`` overrides applied."""
-    result: dict[str, Any] = {
-        k: dict(v) if isinstance(v, Mapping) else v for k, v in raw.items()
-    }
+    """Return a deep copy of ``raw`` with dotted ``key=value`` overrides applied.
+
+    ``raw`` and everything in it are left untouched, however deep the
+    overridden key.
+
+    Examples
+    --------
+    >>> raw = {"strategy": {"name": "sync-sgd", "dp": {"sigma": 1.0}}}
+    >>> apply_overrides(raw, ["strategy.dp.sigma=2.0"])["strategy"]["dp"]
+    {'sigma': 2.0}
+    >>> raw["strategy"]["dp"]
+    {'sigma': 1.0}
+    """
+    result: dict[str, Any] = _thawed(raw)
     for text in overrides:
         key, value = parse_override(text)
         *path, leaf = key.split(".")

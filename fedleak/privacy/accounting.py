@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import ConfigError
+from ..validation import check_delta, check_int, check_positive, check_probability
 
 __all__ = [
     "DEFAULT_LAMBDAS",
@@ -82,30 +83,6 @@ seed reports that 10 values suffice (000 Sec. 5.2)."""
 
 
 # ----------------------------------------------------------------- validation
-def _check_q(q: float) -> float:
-    if not 0.0 <= float(q) <= 1.0 or math.isnan(float(q)):
-        raise ConfigError(f"sampling probability q must be in [0, 1]; got q={q!r}.")
-    return float(q)
-
-
-def _check_sigma(name: str, sigma: float) -> float:
-    if not float(sigma) > 0.0 or not math.isfinite(float(sigma)):
-        raise ConfigError(f"{name} must be a finite number > 0; got {sigma!r}.")
-    return float(sigma)
-
-
-def _check_steps(name: str, steps: int) -> int:
-    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
-        raise ConfigError(f"{name} must be an int >= 0; got {steps!r}.")
-    return int(steps)
-
-
-def _check_delta(delta: float) -> float:
-    if not 0.0 < float(delta) < 1.0:
-        raise ConfigError(f"delta must be in (0, 1); got delta={delta!r}.")
-    return float(delta)
-
-
 def _lambdas(lambdas: ArrayLike | None) -> NDArray[np.float64]:
     grid = np.asarray(DEFAULT_LAMBDAS if lambdas is None else lambdas, dtype=float)
     if grid.ndim != 1 or grid.size == 0 or np.any(~(grid > 0)):
@@ -170,10 +147,10 @@ def sgm_epsilon(
     """
     import dp_accounting
 
-    q = _check_q(q)
-    noise_multiplier = _check_sigma("noise_multiplier", noise_multiplier)
-    steps = _check_steps("steps", steps)
-    delta = _check_delta(delta)
+    q = check_probability("q", q)
+    noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
+    steps = check_int("steps", steps, low=0)
+    delta = check_delta("delta", delta)
     if steps == 0 or q == 0.0:
         return 0.0
     accountant = dp_accounting.rdp.RdpAccountant(
@@ -225,9 +202,9 @@ def sgm_noise_multiplier(
         If a parameter is out of range or the budget needs more noise than
         ``max_noise_multiplier``.
     """
-    target = _check_sigma("epsilon", epsilon)
-    if _check_steps("steps", steps) == 0 or _check_q(q) == 0.0:
-        raise ConfigError("steps and q must be > 0 to calibrate a noise multiplier.")
+    target = check_positive("epsilon", epsilon)
+    check_int("steps", steps, low=1)
+    check_probability("q", q, closed="right")
     low, high = 0.0, 1.0
     while sgm_epsilon(q, high, steps, delta) > target:
         low, high = high, 2.0 * high
@@ -269,8 +246,8 @@ def sgm_log_moment(
     numpy.ndarray
         ``beta`` at every ``lambda``.
     """
-    q = _check_q(q)
-    sigma = _check_sigma("noise_multiplier", noise_multiplier)
+    q = check_probability("q", q)
+    sigma = check_positive("noise_multiplier", noise_multiplier)
     grid = _lambdas(lambdas)
     if q == 0.0:
         return np.zeros_like(grid)
@@ -305,7 +282,7 @@ def gaussian_log_moment(
     -------
     numpy.ndarray
     """
-    sigma = _check_sigma("noise_multiplier", noise_multiplier)
+    sigma = check_positive("noise_multiplier", noise_multiplier)
     grid = _lambdas(lambdas)
     return grid * (grid + 1.0) / (2.0 * sigma**2)
 
@@ -348,7 +325,7 @@ def shared_batch_log_moment(
     ConfigError
         If the splits are malformed or no default exists for the count.
     """
-    sigmas = [_check_sigma("noise multiplier", s) for s in noise_multipliers]
+    sigmas = [check_positive("noise_multipliers", s) for s in noise_multipliers]
     grid = _lambdas(lambdas)
     if splits is None:
         if len(sigmas) == 1:
@@ -408,7 +385,7 @@ def kmeans_log_moment(
     -------
     numpy.ndarray
     """
-    iterations = _check_steps("k-means iterations", iterations)
+    iterations = check_int("iterations", iterations, low=0)
     moment = 2.0 * gaussian_log_moment(sigma_k, lambdas)
     if sigma_c is not None:
         moment = moment + gaussian_log_moment(sigma_c, lambdas)
@@ -459,7 +436,7 @@ def dpgm_log_moment(
     numpy.ndarray
     """
     grid = _lambdas(lambdas)
-    sgd_steps = _check_steps("sgd_steps", sgd_steps)
+    sgd_steps = check_int("sgd_steps", sgd_steps, low=0)
     if sigma_c is None:
         per_step = sgm_log_moment(q, sigma_g, grid)
     else:
@@ -505,7 +482,7 @@ def epsilon_from_log_moments(
             f"log_moments has shape {beta.shape} but lambdas {grid.shape}; "
             "they must match."
         )
-    candidates = (beta - math.log(_check_delta(delta))) / grid
+    candidates = (beta - math.log(check_delta("delta", delta))) / grid
     best = int(np.nanargmin(candidates))
     return float(candidates[best]), float(grid[best])
 
@@ -609,14 +586,29 @@ class MomentsAccountant:
     lambdas : Sequence of float
         Moment orders; the seed's integer ``lambda <= 32`` by default.
 
+    Attributes
+    ----------
+    ledger : tuple of (event, count)
+        What was composed so far, oldest first; read-only (a fresh tuple),
+        so the only way in is :meth:`compose`, which validates.
+
     Examples
     --------
     >>> acc = MomentsAccountant()
     >>> eps = acc.compose(SampledGaussianEvent(0.01, 1.1), 1000).get_epsilon(1e-5)
+    >>> acc.ledger
+    ((SampledGaussianEvent(q=0.01, noise_multiplier=1.1), 1000),)
     """
 
     lambdas: tuple[float, ...] = DEFAULT_LAMBDAS
-    ledger: list[tuple[Event, int]] = field(default_factory=list)
+    _events: list[tuple[Event, int]] = field(
+        default_factory=list, init=False, repr=False
+    )
+
+    @property
+    def ledger(self) -> tuple[tuple[Event, int], ...]:
+        """Return the composed ``(event, count)`` pairs, oldest first."""
+        return tuple(self._events)
 
     def compose(self, event: Event, count: int = 1) -> Self:
         """Record ``count`` independent repetitions of ``event``.
@@ -640,21 +632,21 @@ class MomentsAccountant:
         """
         if not isinstance(event, Event):
             raise ConfigError(f"unsupported privacy event {event!r}.")
-        count = _check_steps("count", count)
+        count = check_int("count", count, low=0)
         event.log_moment(_lambdas(self.lambdas))
-        self.ledger.append((event, count))
+        self._events.append((event, count))
         return self
 
     def log_moments(self) -> NDArray[np.float64]:
         """Return the total log moment at every order."""
         grid = _lambdas(self.lambdas)
         total = np.zeros_like(grid)
-        for event, count in self.ledger:
+        for event, count in self._events:
             total = total + count * event.log_moment(grid)
         return total
 
     def get_epsilon(self, delta: float) -> float:
         """Return the epsilon spent so far for ``delta``."""
-        if not self.ledger:
+        if not self._events:
             return 0.0
         return epsilon_from_log_moments(self.log_moments(), delta, self.lambdas)[0]

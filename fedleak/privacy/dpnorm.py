@@ -24,7 +24,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import ConfigError
+from ..validation import check_int, check_positive
 from .randomness import RngLike, noise_normal
 
 __all__ = ["dp_norm", "norm_histogram"]
@@ -89,12 +89,9 @@ def dp_norm(
     ConfigError
         If ``sigma_c < 0``, ``c_max <= 0`` or ``bins < 1``.
     """
-    if not math.isfinite(sigma_c) or sigma_c < 0:
-        raise ConfigError(f"sigma_c must be a finite number >= 0; got {sigma_c!r}.")
-    if not c_max > 0 or not math.isfinite(c_max):
-        raise ConfigError(f"c_max must be a finite number > 0; got {c_max!r}.")
-    if isinstance(bins, bool) or int(bins) != bins or bins < 1:
-        raise ConfigError(f"bins must be an int >= 1; got {bins!r}.")
+    check_positive("sigma_c", sigma_c, allow_zero=True)
+    check_positive("c_max", c_max)
+    check_int("bins", bins, low=1)
     counts = norm_histogram(norms, c_max, bins).astype(np.float64)
     noisy = counts + noise_normal(
         math.sqrt(2.0) * sigma_c, bins, rng, secure_mode=secure_mode

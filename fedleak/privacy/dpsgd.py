@@ -49,6 +49,7 @@ from opacus.validators import ModuleValidator
 from torch import nn
 
 from ..errors import ConfigError, DataError
+from ..validation import check_int, check_option, check_positive
 from .accounting import (
     MomentsAccountant,
     SampledGaussianEvent,
@@ -89,11 +90,7 @@ class FixedClipping:
     max_grad_norm: float
 
     def __post_init__(self) -> None:
-        if not self.max_grad_norm > 0 or not math.isfinite(self.max_grad_norm):
-            raise ConfigError(
-                "max_grad_norm must be a finite number > 0; "
-                f"got {self.max_grad_norm!r}."
-            )
+        check_positive("max_grad_norm", self.max_grad_norm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +112,9 @@ class AdaptiveClipping:
     bins: int = 100
 
     def __post_init__(self) -> None:
-        if not self.sigma_c > 0 or not math.isfinite(self.sigma_c):
-            raise ConfigError(
-                f"sigma_c must be a finite number > 0; got {self.sigma_c!r}."
-            )
-        if not self.c_max > 0 or self.bins < 1:
-            raise ConfigError(
-                f"c_max must be > 0 and bins >= 1; got {self.c_max!r}, {self.bins!r}."
-            )
+        check_positive("sigma_c", self.sigma_c)
+        check_positive("c_max", self.c_max)
+        check_int("bins", self.bins, low=1)
 
 
 Clipping = FixedClipping | AdaptiveClipping
@@ -195,22 +187,10 @@ class DPSGD:
         secure_mode: bool = False,
         per_sample: PerSampleMode = "ghost",
     ) -> None:
-        if not noise_multiplier >= 0 or not math.isfinite(noise_multiplier):
-            raise ConfigError(
-                "noise_multiplier must be a finite number >= 0; "
-                f"got {noise_multiplier!r}."
-            )
-        if expected_batch_size < 1:
-            raise ConfigError(
-                f"expected_batch_size must be >= 1; got {expected_batch_size!r}."
-            )
-        if not lr > 0:
-            raise ConfigError(f"lr must be > 0; got {lr!r}.")
-        if neighbouring not in ("add_remove", "replace_one"):
-            raise ConfigError(
-                "neighbouring must be 'add_remove' or 'replace_one'; "
-                f"got {neighbouring!r}."
-            )
+        check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
+        check_int("expected_batch_size", expected_batch_size, low=1)
+        check_positive("lr", lr)
+        check_option("neighbouring", neighbouring, ("add_remove", "replace_one"))
         if secure_mode and rng is not None:
             raise ConfigError("Passing seed is prohibited in secure mode.")
         problems = ModuleValidator.validate(module, strict=False)
@@ -232,10 +212,7 @@ class DPSGD:
         self._params = [p for p in module.parameters() if p.requires_grad]
         if not self._params:
             raise ConfigError("the module has no trainable parameters.")
-        if per_sample not in ("ghost", "hooks"):
-            raise ConfigError(
-                f"per_sample must be 'ghost' or 'hooks'; got {per_sample!r}."
-            )
+        check_option("per_sample", per_sample, ("ghost", "hooks"))
         self.per_sample = per_sample
         self._grad_sample: GradSampleModule | GradSampleModuleFastGradientClipping = (
             GradSampleModuleFastGradientClipping(
@@ -478,11 +455,8 @@ def dp_sgd_train(
         raise DataError(
             f"x and y must be non-empty with the same length; got {n} and {y.shape[0]}."
         )
-    if epochs < 1 or not 1 <= batch_size <= n:
-        raise ConfigError(
-            f"need epochs >= 1 and 1 <= batch_size <= n={n}; "
-            f"got epochs={epochs}, batch_size={batch_size}."
-        )
+    check_int("epochs", epochs, low=1)
+    check_int("batch_size", batch_size, low=1, high=n)
     if secure_mode and seed is not None:
         raise ConfigError(
             "Passing seed is prohibited in secure mode: pass seed=None with "

@@ -48,6 +48,15 @@ from scipy.special import expit, logit
 from scipy.stats import norm
 
 from ..errors import ConfigError
+from ..validation import (
+    Interval,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_positive,
+    check_probability,
+    check_real,
+)
 
 __all__ = [
     "DPSGDPlan",
@@ -68,26 +77,9 @@ __all__ = [
 ]
 
 
-def _check_epsilon(epsilon: float, *, allow_zero: bool = True) -> float:
-    value = float(epsilon)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(
-            f"epsilon must be a finite number {'>= 0' if allow_zero else '> 0'}; "
-            f"got {epsilon!r}."
-        )
-    return value
-
-
-def _check_delta(delta: float) -> float:
-    value = float(delta)
-    if not 0.0 < value < 1.0:
-        raise ConfigError(f"delta must be in (0, 1); got {delta!r}.")
-    return value
-
-
 def _calibration_constant(delta: float) -> float:
     """Return ``sqrt(2 ln(1.25 / delta))``, the factor of Eq. (1)."""
-    return math.sqrt(2.0 * math.log(1.25 / _check_delta(delta)))
+    return math.sqrt(2.0 * math.log(1.25 / check_delta("delta", delta)))
 
 
 def posterior_belief_bound(epsilon: float) -> float:
@@ -108,7 +100,7 @@ def posterior_belief_bound(epsilon: float) -> float:
     float
         ``rho_beta`` in ``[0.5, 1)``.
     """
-    return float(expit(_check_epsilon(epsilon)))
+    return float(expit(check_epsilon("epsilon", epsilon, allow_zero=True)))
 
 
 def epsilon_for_posterior_bound(rho_beta: float) -> float:
@@ -128,11 +120,7 @@ def epsilon_for_posterior_bound(rho_beta: float) -> float:
     float
         Total epsilon to spend.
     """
-    value = float(rho_beta)
-    if not 0.5 <= value < 1.0:
-        raise ConfigError(
-            f"rho_beta must be in [0.5, 1) (0.5 is a coin flip); got {rho_beta!r}."
-        )
+    value = check_real("rho_beta", rho_beta, Interval(0.5, 1, closed="left"))
     return float(logit(value))
 
 
@@ -160,10 +148,9 @@ def classic_gaussian_sigma(
     float
         Standard deviation ``sigma``.
     """
-    eps = _check_epsilon(epsilon, allow_zero=False)
-    if not sensitivity > 0:
-        raise ConfigError(f"sensitivity must be > 0; got {sensitivity!r}.")
-    return _calibration_constant(delta) * float(sensitivity) / eps
+    eps = check_epsilon("epsilon", epsilon)
+    delta_sensitivity = check_positive("sensitivity", sensitivity)
+    return _calibration_constant(delta) * delta_sensitivity / eps
 
 
 def classic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
@@ -186,12 +173,9 @@ def classic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> 
     -------
     float
     """
-    if not sigma > 0 or not sensitivity >= 0:
-        raise ConfigError(
-            f"need sigma > 0 and sensitivity >= 0; got sigma={sigma!r}, "
-            f"sensitivity={sensitivity!r}."
-        )
-    return _calibration_constant(delta) * float(sensitivity) / float(sigma)
+    noise = check_positive("sigma", sigma)
+    delta_sensitivity = check_positive("sensitivity", sensitivity, allow_zero=True)
+    return _calibration_constant(delta) * delta_sensitivity / noise
 
 
 def gaussian_rdp(order: float, sigma: float, sensitivity: float = 1.0) -> float:
@@ -213,12 +197,10 @@ def gaussian_rdp(order: float, sigma: float, sensitivity: float = 1.0) -> float:
     -------
     float
     """
-    if not order > 1 or not sigma > 0 or not sensitivity >= 0:
-        raise ConfigError(
-            f"need order > 1, sigma > 0, sensitivity >= 0; got order={order!r}, "
-            f"sigma={sigma!r}, sensitivity={sensitivity!r}."
-        )
-    return float(order) * float(sensitivity) ** 2 / (2.0 * float(sigma) ** 2)
+    alpha = check_real("order", order, Interval(1, None, closed="neither"))
+    noise = check_positive("sigma", sigma)
+    delta_sensitivity = check_positive("sensitivity", sensitivity, allow_zero=True)
+    return alpha * delta_sensitivity**2 / (2.0 * noise**2)
 
 
 def advantage_from_noise(sensitivity: float, sigma: float) -> float:
@@ -241,12 +223,8 @@ def advantage_from_noise(sensitivity: float, sigma: float) -> float:
     float
         Advantage in ``[0, 1)``.
     """
-    if not sigma > 0 or not sensitivity >= 0:
-        raise ConfigError(
-            f"need sigma > 0 and sensitivity >= 0; got sigma={sigma!r}, "
-            f"sensitivity={sensitivity!r}."
-        )
-    half = float(sensitivity) / (2.0 * float(sigma))
+    noise = check_positive("sigma", sigma)
+    half = check_positive("sensitivity", sensitivity, allow_zero=True) / (2.0 * noise)
     return float(norm.cdf(half) - norm.cdf(-half))
 
 
@@ -270,7 +248,7 @@ def expected_advantage_gaussian(epsilon: float, delta: float) -> float:
     float
         ``rho_alpha`` in ``[0, 1)``.
     """
-    eps = _check_epsilon(epsilon)
+    eps = check_epsilon("epsilon", epsilon, allow_zero=True)
     return float(2.0 * norm.cdf(eps / (2.0 * _calibration_constant(delta))) - 1.0)
 
 
@@ -292,9 +270,7 @@ def epsilon_for_expected_advantage(rho_alpha: float, delta: float) -> float:
     -------
     float
     """
-    value = float(rho_alpha)
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"rho_alpha must be in [0, 1); got {rho_alpha!r}.")
+    value = check_probability("rho_alpha", rho_alpha, closed="left")
     return float(2.0 * _calibration_constant(delta) * norm.ppf((value + 1.0) / 2.0))
 
 
@@ -320,10 +296,9 @@ def generic_advantage_bound(epsilon: float, delta: float = 0.0) -> float:
     float
         ``min(1, e^epsilon - 1 + delta)``.
     """
-    eps = _check_epsilon(epsilon)
-    if not 0.0 <= float(delta) < 1.0:
-        raise ConfigError(f"delta must be in [0, 1); got {delta!r}.")
-    return float(min(1.0, math.expm1(eps) + float(delta)))
+    eps = check_epsilon("epsilon", epsilon, allow_zero=True)
+    slack = check_delta("delta", delta, allow_zero=True)
+    return float(min(1.0, math.expm1(eps) + slack))
 
 
 def tight_advantage_bound(epsilon: float, delta: float = 0.0) -> float:
@@ -346,10 +321,9 @@ def tight_advantage_bound(epsilon: float, delta: float = 0.0) -> float:
     -------
     float
     """
-    eps = _check_epsilon(epsilon)
-    if not 0.0 <= float(delta) < 1.0:
-        raise ConfigError(f"delta must be in [0, 1); got {delta!r}.")
-    return float((math.expm1(eps) + 2.0 * float(delta)) / (math.exp(eps) + 1.0))
+    eps = check_epsilon("epsilon", epsilon, allow_zero=True)
+    slack = check_delta("delta", delta, allow_zero=True)
+    return float((math.expm1(eps) + 2.0 * slack) / (math.exp(eps) + 1.0))
 
 
 def composed_gaussian_advantage(noise_multiplier: float, steps: int) -> float:
@@ -374,12 +348,8 @@ def composed_gaussian_advantage(noise_multiplier: float, steps: int) -> float:
     -------
     float
     """
-    if not noise_multiplier > 0 or steps < 1:
-        raise ConfigError(
-            f"need noise_multiplier > 0 and steps >= 1; got "
-            f"noise_multiplier={noise_multiplier!r}, steps={steps!r}."
-        )
-    return advantage_from_noise(math.sqrt(steps), float(noise_multiplier))
+    z = check_positive("noise_multiplier", noise_multiplier)
+    return advantage_from_noise(math.sqrt(check_int("steps", steps, low=1)), z)
 
 
 def noise_multiplier_for_composed_advantage(rho_alpha: float, steps: int) -> float:
@@ -398,13 +368,9 @@ def noise_multiplier_for_composed_advantage(rho_alpha: float, steps: int) -> flo
     -------
     float
     """
-    value = float(rho_alpha)
-    if not 0.0 < value < 1.0 or steps < 1:
-        raise ConfigError(
-            f"need rho_alpha in (0, 1) and steps >= 1; got rho_alpha={rho_alpha!r}, "
-            f"steps={steps!r}."
-        )
-    return float(math.sqrt(steps) / (2.0 * norm.ppf((value + 1.0) / 2.0)))
+    value = check_probability("rho_alpha", rho_alpha, closed="neither")
+    k = check_int("steps", steps, low=1)
+    return float(math.sqrt(k) / (2.0 * norm.ppf((value + 1.0) / 2.0)))
 
 
 #: Moment orders ``lambda = alpha - 1`` for the tail bound of full-batch
@@ -468,13 +434,12 @@ def posterior_tail_epsilon(
     """
     from .accounting import epsilon_from_log_moments, sgm_log_moment
 
-    if steps < 1:
-        raise ConfigError(f"steps must be >= 1; got {steps!r}.")
+    steps = check_int("steps", steps, low=1)
     lambdas = np.asarray(
         TAIL_LAMBDAS if sampling_rate == 1.0 else TAIL_LAMBDAS_SUBSAMPLED
     )
     moments = steps * sgm_log_moment(sampling_rate, noise_multiplier, lambdas)
-    epsilon, _ = epsilon_from_log_moments(moments, _check_delta(delta), lambdas)
+    epsilon, _ = epsilon_from_log_moments(moments, check_delta("delta", delta), lambdas)
     return epsilon
 
 
@@ -584,15 +549,13 @@ def plan_dp_sgd(
     """
     from .accounting import sgm_noise_multiplier
 
-    epsilon = epsilon_for_posterior_bound(rho_beta)
-    if epsilon <= 0:
-        raise ConfigError("rho_beta must be > 0.5: rho_beta = 0.5 means epsilon = 0.")
-    if steps < 1 or not 0.0 < sampling_rate <= 1.0:
-        raise ConfigError(
-            f"need steps >= 1 and sampling_rate in (0, 1]; got steps={steps!r}, "
-            f"sampling_rate={sampling_rate!r}."
-        )
-    delta = _check_delta(delta)
+    # rho_beta = 0.5 means epsilon = 0: no noise multiplier reaches it
+    epsilon = epsilon_for_posterior_bound(
+        check_real("rho_beta", rho_beta, Interval(0.5, 1, closed="neither"))
+    )
+    steps = check_int("steps", steps, low=1)
+    sampling_rate = check_probability("sampling_rate", sampling_rate, closed="right")
+    delta = check_delta("delta", delta)
     multiplier = _tail_noise_multiplier(epsilon, delta, steps, sampling_rate)
     run_advantage = (
         composed_gaussian_advantage(multiplier, steps) if sampling_rate == 1.0 else None

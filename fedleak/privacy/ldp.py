@@ -36,7 +36,8 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
+from ..validation import check_epsilon, check_int, check_positive, check_probability
 
 __all__ = [
     "estimate_true_frequency",
@@ -47,13 +48,6 @@ __all__ = [
     "randomized_response_probability",
     "randomized_response_record_epsilon",
 ]
-
-
-def _check_epsilon(epsilon: float) -> float:
-    eps = float(epsilon)
-    if not eps > 0 or math.isinf(eps):
-        raise ConfigError(f"epsilon must be a positive finite number, got {epsilon}")
-    return eps
 
 
 def randomized_response_probability(epsilon: float) -> float:
@@ -74,7 +68,7 @@ def randomized_response_probability(epsilon: float) -> float:
     float
         ``p`` in ``(0, 1)``.
     """
-    return math.tanh(_check_epsilon(epsilon) / 2.0)
+    return math.tanh(check_epsilon("epsilon", epsilon) / 2.0)
 
 
 def randomized_response_epsilon(p: float) -> float:
@@ -84,9 +78,7 @@ def randomized_response_epsilon(p: float) -> float:
     ``epsilon = ln((1 + p) / (1 - p))``. ``p = 1`` (no randomisation) is
     infinitely private-less and rejected.
     """
-    prob = float(p)
-    if not 0.0 < prob < 1.0:
-        raise ConfigError(f"p must lie in (0, 1) for a finite epsilon, got {p}")
+    prob = check_probability("p", p, closed="neither")
     return math.log((1.0 + prob) / (1.0 - prob))
 
 
@@ -97,9 +89,8 @@ def randomized_response_record_epsilon(epsilon: float, num_features: int) -> flo
     record-level guarantee is the sum ``num_features * epsilon`` (Table 4.2:
     600 bits at ``epsilon_i = 8`` give 4,800).
     """
-    if num_features < 1:
-        raise ConfigError(f"num_features must be >= 1, got {num_features}")
-    return _check_epsilon(epsilon) * int(num_features)
+    features = check_int("num_features", num_features, low=1)
+    return check_epsilon("epsilon", epsilon) * features
 
 
 def randomized_response(
@@ -172,12 +163,10 @@ def pixelization_scale(
         ``R``, the range of a pixel value (1 for images in ``[0, 1]``, 255 for
         bytes).
     """
-    if cell_size < 1 or neighborhood < 1 or value_range <= 0:
-        raise ConfigError(
-            f"need cell_size >= 1, neighborhood >= 1 and value_range > 0; got "
-            f"{cell_size}, {neighborhood}, {value_range}"
-        )
-    return neighborhood * value_range / (cell_size**2 * _check_epsilon(epsilon))
+    b = check_int("cell_size", cell_size, low=1)
+    m = check_int("neighborhood", neighborhood, low=1)
+    r = check_positive("value_range", value_range)
+    return m * r / (b**2 * check_epsilon("epsilon", epsilon))
 
 
 def laplace_pixelization(

@@ -23,13 +23,13 @@ Examples
 
 from __future__ import annotations
 
-import math
 from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import ConfigError
+from ..validation import check_delta, check_epsilon, check_positive
 from .randomness import RngLike, noise_laplace, noise_normal
 
 __all__ = [
@@ -37,15 +37,6 @@ __all__ = [
     "gaussian_sigma",
     "laplace_mechanism",
 ]
-
-
-def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
-    number = float(value)
-    ok = number >= 0 if allow_zero else number > 0
-    if not math.isfinite(number) or not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number {bound}; got {value!r}.")
-    return number
 
 
 def gaussian_sigma(epsilon: float, delta: float) -> float:
@@ -74,10 +65,8 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
     """
     import dp_accounting
 
-    _check_positive("epsilon", epsilon)
-    if not 0.0 < float(delta) < 1.0:
-        raise ConfigError(f"delta must be in (0, 1); got delta={delta!r}.")
-    return float(dp_accounting.get_sigma_gaussian(float(epsilon), float(delta)))
+    eps = check_epsilon("epsilon", epsilon)
+    return float(dp_accounting.get_sigma_gaussian(eps, check_delta("delta", delta)))
 
 
 @overload
@@ -148,7 +137,7 @@ def gaussian_mechanism(
         If both or neither of ``sigma`` and ``(epsilon, delta)`` are given, a
         parameter is out of range, or a seed is passed in secure mode.
     """
-    sensitivity = _check_positive("sensitivity", sensitivity, allow_zero=True)
+    sensitivity = check_positive("sensitivity", sensitivity, allow_zero=True)
     if sigma is not None and (epsilon is not None or delta is not None):
         raise ConfigError("give either sigma or (epsilon, delta), not both.")
     if sigma is None:
@@ -158,7 +147,7 @@ def gaussian_mechanism(
                 "epsilon and delta."
             )
         sigma = gaussian_sigma(epsilon, delta)
-    sigma = _check_positive("sigma", sigma, allow_zero=True)
+    sigma = check_positive("sigma", sigma, allow_zero=True)
     true = np.asarray(value, dtype=np.float64)
     noisy = true + noise_normal(
         sigma * sensitivity, true.shape, rng, secure_mode=secure_mode
@@ -221,8 +210,8 @@ def laplace_mechanism(
     ConfigError
         If a parameter is out of range or a seed is passed in secure mode.
     """
-    sensitivity = _check_positive("sensitivity", sensitivity, allow_zero=True)
-    epsilon = _check_positive("epsilon", epsilon)
+    sensitivity = check_positive("sensitivity", sensitivity, allow_zero=True)
+    epsilon = check_epsilon("epsilon", epsilon)
     true = np.asarray(value, dtype=np.float64)
     noisy = true + noise_laplace(
         sensitivity / epsilon, true.shape, rng, secure_mode=secure_mode

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
+from ..validation import check_int, check_probability
 
 __all__ = [
     "MERSENNE_PRIME",
@@ -51,23 +52,6 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: Below this bound on ``|counter| + |increment|`` no int64 sum can wrap; the
 #: float64 bound check has a wide margin for its rounding.
 _SAFE_MAGNITUDE = float(1 << 62)
-
-
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{name} must be an integer, got {value!r}.")
-    if int(value) < 1:
-        raise ConfigError(f"{name} must be >= 1, got {value}.")
-    return int(value)
-
-
-def _probability(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise ConfigError(f"{name} must be a number, got {value!r}.")
-    v = float(value)
-    if not 0.0 < v < 1.0:
-        raise ConfigError(f"{name} must lie in (0, 1), got {value!r}.")
-    return v
 
 
 def _overflow_error(flat_index: int, width: int, value: int) -> DataError:
@@ -159,13 +143,9 @@ class LinearSketch:
     _KIND = 0
 
     def __init__(self, depth: int, width: int, *, seed: int = 0) -> None:
-        self._depth = _positive_int(depth, "depth")
-        self._width = _positive_int(width, "width")
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise ConfigError(f"seed must be an integer, got {seed!r}.")
-        if not 0 <= int(seed) < (1 << 63):
-            raise ConfigError(f"seed must lie in [0, 2**63), got {seed}.")
-        self._seed = int(seed)
+        self._depth = check_int("depth", depth, low=1)
+        self._width = check_int("width", width, low=1)
+        self._seed = check_int("seed", seed, low=0, high=(1 << 63) - 1)
         rng = np.random.default_rng(self._seed)
         self._a = rng.integers(1, MERSENNE_PRIME, size=self._depth, dtype=np.uint64)
         self._b = rng.integers(0, MERSENNE_PRIME, size=self._depth, dtype=np.uint64)
@@ -177,7 +157,9 @@ class LinearSketch:
     @staticmethod
     def suggest_width(epsilon: float) -> int:
         """Return ``w = ceil(e / epsilon)`` (Definition 7)."""
-        return math.ceil(math.e / _probability(epsilon, "epsilon"))
+        return math.ceil(
+            math.e / check_probability("epsilon", epsilon, closed="neither")
+        )
 
     @staticmethod
     def suggest_depth(delta: float, n_items: int = 1) -> int:
@@ -188,8 +170,8 @@ class LinearSketch:
         at once (union bound), as in the seed's Ch. 4.1 (``T = 245,000``,
         ``delta = 0.01`` give ``d = 18``).
         """
-        p = _probability(delta, "delta")
-        return max(1, math.ceil(math.log(_positive_int(n_items, "n_items") / p)))
+        p = check_probability("delta", delta, closed="neither")
+        return max(1, math.ceil(math.log(check_int("n_items", n_items, low=1) / p)))
 
     # ------------------------------------------------------------ properties
 

@@ -23,6 +23,7 @@ from typing import Self
 import numpy as np
 
 from ..errors import ConfigError
+from ..validation import check_probability
 from .base import ItemsLike, LinearSketch, as_items
 
 __all__ = ["CountSketch"]
@@ -143,6 +144,5 @@ class CountSketch(LinearSketch):
 
         Returns ``standard_error() / sqrt(delta)``.
         """
-        if not 0.0 < delta < 1.0:
-            raise ConfigError(f"delta must lie in (0, 1), got {delta}.")
-        return self.standard_error() / math.sqrt(delta)
+        p = check_probability("delta", delta, closed="neither")
+        return self.standard_error() / math.sqrt(p)

@@ -40,6 +40,7 @@ import numpy as np
 from coincurve import PublicKey
 
 from ..errors import ConfigError, DataError, ProtocolError
+from ..validation import check_int
 
 __all__ = [
     "CURVE_ORDER",
@@ -291,14 +292,8 @@ class DiscreteLogTable:
     """
 
     def __init__(self, bound: int, giant_steps: int = 0) -> None:
-        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-            raise ConfigError(f"bound must be an integer >= 1, got {bound!r}.")
-        if isinstance(giant_steps, bool) or not isinstance(giant_steps, int):
-            raise ConfigError(f"giant_steps must be an integer, got {giant_steps!r}.")
-        if giant_steps < 0:
-            raise ConfigError(f"giant_steps must be >= 0, got {giant_steps}.")
-        self.bound = bound
-        self.giant_steps = giant_steps
+        self.bound = check_int("bound", bound, low=1)
+        self.giant_steps = check_int("giant_steps", giant_steps, low=0)
         self._stride = 2 * bound + 1
         self._giant = base_mul(self._stride)
         self._table: dict[bytes, int] = {}

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..validation import check_int, check_probability
 from .count_min import CountMinSketch
 
 __all__ = [
@@ -86,8 +87,12 @@ def cell_ids(
     Points outside ``box`` get ``-1``.
     """
     lat_min, lat_max, lon_min, lon_max = box
-    if grid < 1 or not (lat_max > lat_min and lon_max > lon_min):
-        raise ConfigError("need grid >= 1 and a box with max > min.")
+    check_int("grid", grid, low=1)
+    if not (lat_max > lat_min and lon_max > lon_min):
+        raise ConfigError(
+            "box must be (lat_min, lat_max, lon_min, lon_max) with max > min; "
+            f"got {tuple(box)!r}."
+        )
     la = np.asarray(lat, dtype=np.float64)
     lo = np.asarray(lon, dtype=np.float64)
     row = np.floor((la - lat_min) / (lat_max - lat_min) * grid).astype(np.int64)
@@ -206,8 +211,10 @@ def synthetic_mobility(
     -------
     LocationLog
     """
-    if n_users < 1 or n_slots < 1 or grid < 2 or hotspots < 1:
-        raise ConfigError("need n_users, n_slots, hotspots >= 1 and grid >= 2.")
+    check_int("n_users", n_users, low=1)
+    check_int("n_slots", n_slots, low=1)
+    check_int("grid", grid, low=2)
+    check_int("hotspots", hotspots, low=1)
     rng = np.random.default_rng(seed)
     centers = rng.uniform(0.1 * grid, 0.9 * grid, size=(hotspots, 2))
     weights = 1.0 / np.arange(1, hotspots + 1)
@@ -337,8 +344,7 @@ def ewma_predict(history: np.ndarray, alpha: float) -> np.ndarray:
     numpy.ndarray
         The prediction, shape ``history.shape[1:]``.
     """
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"alpha must lie in (0, 1), got {alpha}.")
+    check_probability("alpha", alpha, closed="neither")
     r = np.asarray(history, dtype=np.float64)
     if r.shape[0] < 1:
         raise DataError("EWMA needs at least one observation.")

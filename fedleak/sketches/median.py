@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
 from ..privacy.randomness import RngLike, check_rng, noise_laplace
+from ..validation import check_int
 from .base import MERSENNE_PRIME
 from .count_sketch import CountSketch
 from .elgamal import (
@@ -114,10 +115,8 @@ def value_keys(values: npt.ArrayLike) -> np.ndarray:
 
 
 def _check_range(low: int, high: int) -> None:
-    if isinstance(low, bool) or isinstance(high, bool):
-        raise ConfigError("the value range must be integers.")
-    if not 0 <= low <= high:
-        raise ConfigError(f"need 0 <= low <= high, got [{low}, {high}].")
+    """Check the value range: integers with ``0 <= low <= high``."""
+    check_int("high", high, low=check_int("low", low, low=0))
 
 
 def decryptions_needed(low: int, high: int) -> int:

@@ -19,12 +19,14 @@ sketch of a million users is the sketch of their summed co-view counts
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
+from ..validation import Interval, check_int, check_positive, check_real
 from .count_min import CountMinSketch
 
 __all__ = [
@@ -110,12 +112,11 @@ def zipf_population(
     -------
     CoviewPopulation
     """
-    if n_users < 1 or n_items < 1:
-        raise ConfigError("n_users and n_items must be >= 1.")
-    if n_items * n_items >= (1 << 31) - 1:
-        raise ConfigError(f"n_items={n_items} is too large: pair ids need M*M < 2^31.")
-    if mean_views < 1 or exponent < 0:
-        raise ConfigError("need mean_views >= 1 and exponent >= 0.")
+    check_int("n_users", n_users, low=1)
+    # pair ids i * M + j must stay below the hash prime 2^31 - 1
+    check_int("n_items", n_items, low=1, high=math.isqrt((1 << 31) - 2))
+    check_real("mean_views", mean_views, Interval(1, None))
+    check_positive("exponent", exponent, allow_zero=True)
     rng = np.random.default_rng(seed)
     weights = np.arange(1, n_items + 1, dtype=np.float64) ** (-exponent)
     weights /= weights.sum()

@@ -43,9 +43,12 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 from scipy.spatial.distance import pdist
+from sklearn.base import BaseEstimator, clone
+from sklearn.utils.validation import check_is_fitted
 
 from ..errors import ConfigError, DataError
 from ..generative import VAE, train_vae
+from ..validation import check_epsilon, check_int, check_option, check_positive
 
 __all__ = [
     "LabelTransfer",
@@ -64,15 +67,6 @@ class _Classifier(Protocol):
     def fit(self, x: Any, y: Any) -> Any: ...
 
     def predict(self, x: Any) -> Any: ...
-
-
-def _check_epsilon(epsilon: float) -> float:
-    value = float(epsilon)
-    if not value > 0:
-        raise ConfigError(
-            f"epsilon must be > 0 (math.inf for no noise); got {epsilon!r}"
-        )
-    return value
 
 
 def dx_noise(
@@ -101,11 +95,10 @@ def dx_noise(
     numpy.ndarray
         Shape ``(n, k)``.
     """
-    eps = _check_epsilon(epsilon)
-    if n < 0 or k < 1 or not scale > 0:
-        raise ConfigError(
-            f"need n >= 0, k >= 1, scale > 0; got n={n}, k={k}, scale={scale}"
-        )
+    eps = check_epsilon("epsilon", epsilon, allow_inf=True)
+    check_int("n", n, low=0)
+    check_int("k", k, low=1)
+    check_positive("scale", scale)
     if math.isinf(eps):
         return np.zeros((n, k))
     direction = rng.standard_normal((n, k))
@@ -164,40 +157,60 @@ def empirical_sensitivity(
         return float(np.linalg.norm(2.0 * num_std * z.std(axis=0)))
     if rule == "max_pairwise":
         return float(pdist(z).max())
-    raise ConfigError(f"rule must be 'empirical_rule' or 'max_pairwise'; got {rule!r}")
+    raise ConfigError(
+        f"rule must be one of 'empirical_rule', 'max_pairwise'; got {rule!r}."
+    )
 
 
-class LabelTransfer:
+class LabelTransfer(BaseEstimator):  # type: ignore[misc]
     """Seed 003's model-driven label transfer (Algorithm 2).
 
     A classifier fitted on the source records' latent codes and labels
-    labels the noisy codes the synthetic records are decoded from.
+    labels the noisy codes the synthetic records are decoded from. A
+    scikit-learn estimator: ``classifier`` is stored as given and
+    :meth:`fit` trains a copy of it (``sklearn.base.clone``), so the
+    caller's object is never fitted in place.
 
     Parameters
     ----------
     classifier : scikit-learn classifier, optional
-        Any object with ``fit`` and ``predict``; defaults to a multinomial
-        ``LogisticRegression`` (the codes are low-dimensional and close to
-        Gaussian, so a linear model suffices).
+        Any object with ``fit`` and ``predict``; ``None`` means a multinomial
+        ``LogisticRegression(max_iter=2000)`` (the codes are low-dimensional
+        and close to Gaussian, so a linear model suffices).
+
+    Attributes
+    ----------
+    classifier_ : scikit-learn classifier
+        The fitted copy.
     """
 
     def __init__(self, classifier: _Classifier | None = None) -> None:
-        if classifier is None:
-            from sklearn.linear_model import LogisticRegression
-
-            classifier = LogisticRegression(max_iter=2000)
-        self.classifier: _Classifier = classifier
+        self.classifier = classifier
 
     def fit(
         self, codes: NDArray[np.floating], labels: NDArray[np.integer]
     ) -> LabelTransfer:
-        """Fit on source codes ``(n, k)`` and labels ``(n,)``."""
-        self.classifier.fit(np.asarray(codes), np.asarray(labels))
+        """Fit on source codes ``(n, k)`` and labels ``(n,)``; return ``self``."""
+        if self.classifier is None:
+            from sklearn.linear_model import LogisticRegression
+
+            model: _Classifier = LogisticRegression(max_iter=2000)
+        else:
+            model = clone(self.classifier, safe=False)
+        model.fit(np.asarray(codes), np.asarray(labels))
+        self.classifier_ = model
         return self
 
     def predict(self, codes: NDArray[np.floating]) -> NDArray[np.int64]:
-        """Label (noisy) codes."""
-        return np.asarray(self.classifier.predict(np.asarray(codes)), dtype=np.int64)
+        """Label (noisy) codes.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
+        """
+        check_is_fitted(self, "classifier_")
+        return np.asarray(self.classifier_.predict(np.asarray(codes)), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -231,8 +244,13 @@ class SyntheticData:
     label_agreement: float
 
 
-class LatentSynthesizer:
+class LatentSynthesizer(BaseEstimator):  # type: ignore[misc]
     """Seed 003's PPGF: VAE extractor/reconstructor + d_x noise + label transfer.
+
+    A scikit-learn estimator: the constructor stores its parameters as given
+    (``get_params``/``set_params``/``clone`` work), :meth:`fit` trains and
+    returns ``self``, and :meth:`synthesize` before :meth:`fit` raises
+    :class:`sklearn.exceptions.NotFittedError`.
 
     Parameters
     ----------
@@ -248,7 +266,18 @@ class LatentSynthesizer:
         Measure distances in units of the sensitivity, so that ``epsilon``
         bounds the indistinguishability of any two source records.
     label_classifier : scikit-learn classifier, optional
-        For :class:`LabelTransfer`.
+        For :class:`LabelTransfer` (cloned, never fitted in place).
+
+    Attributes
+    ----------
+    vae_ : fedleak.generative.VAE
+        The trained extractor (encoder) and reconstructor (decoder).
+    sensitivity_ : float
+        Empirical sensitivity of the source codes.
+    label_transfer_ : LabelTransfer
+        The fitted label model.
+    record_shape_ : tuple of int
+        Shape of one source record.
     """
 
     def __init__(
@@ -263,28 +292,29 @@ class LatentSynthesizer:
         scale_by_sensitivity: bool = False,
         label_classifier: _Classifier | None = None,
     ) -> None:
-        self.hidden = tuple(int(h) for h in hidden)
-        self.latent_dim = int(latent_dim)
-        self.epochs = int(epochs)
-        self.batch_size = int(batch_size)
-        self.lr = float(lr)
-        self.sensitivity_rule: SensitivityRule = sensitivity_rule
-        self.scale_by_sensitivity = bool(scale_by_sensitivity)
-        self.label_transfer = LabelTransfer(label_classifier)
-        self.vae: VAE | None = None
-        self.sensitivity = float("nan")
-        self._shape: tuple[int, ...] = ()
+        self.hidden = hidden
+        self.latent_dim = latent_dim
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.sensitivity_rule = sensitivity_rule
+        self.scale_by_sensitivity = scale_by_sensitivity
+        self.label_classifier = label_classifier
+
+    @property
+    def sensitivity(self) -> float:
+        """The fitted :attr:`sensitivity_` (a read-only alias)."""
+        check_is_fitted(self, "sensitivity_")
+        return float(self.sensitivity_)
 
     def _codes(
         self, x: NDArray[np.floating], generator: torch.Generator
     ) -> NDArray[np.float64]:
         """Draw ``z ~ q(z|x)`` for every record (the extractor ``E``)."""
-        if self.vae is None:
-            raise ConfigError("call fit() before synthesising")
         with torch.no_grad():
             flat = torch.as_tensor(np.asarray(x, np.float32).reshape(len(x), -1))
-            mu, logvar = self.vae.encode(flat)
-            z = self.vae.reparameterize(mu, logvar, generator)
+            mu, logvar = self.vae_.encode(flat)
+            z = self.vae_.reparameterize(mu, logvar, generator)
         return z.double().numpy()
 
     def fit(
@@ -300,7 +330,24 @@ class LatentSynthesizer:
             Integer labels ``(n,)``.
         seed : int, default=0
             Seeds the VAE initialisation, its training and the code sampling.
+
+        Returns
+        -------
+        LatentSynthesizer
+            ``self``.
+
+        Raises
+        ------
+        ConfigError
+            If a parameter is invalid (before any training).
+        DataError
+            If the records or labels are malformed.
         """
+        check_option(
+            "sensitivity_rule",
+            self.sensitivity_rule,
+            ("empirical_rule", "max_pairwise"),
+        )
         xs = np.array(x, dtype=np.float32)  # a writable copy for torch
         ys = np.asarray(y, dtype=np.int64)
         if len(xs) != len(ys) or len(xs) < 2:
@@ -309,22 +356,26 @@ class LatentSynthesizer:
             )
         if xs.min() < 0 or xs.max() > 1:
             raise DataError("records must have values in [0, 1] (the VAE is Bernoulli)")
-        self._shape = xs.shape[1:]
-        input_dim = int(np.prod(self._shape))
-        self.vae = VAE(
-            input_dim, hidden=self.hidden, latent_dim=self.latent_dim, seed=seed
+        shape = tuple(int(size) for size in xs.shape[1:])
+        vae = VAE(
+            int(np.prod(shape)),
+            hidden=tuple(self.hidden),
+            latent_dim=self.latent_dim,
+            seed=seed,
         )
         train_vae(
-            self.vae,
+            vae,
             xs.reshape(len(xs), -1),
             epochs=self.epochs,
             batch_size=self.batch_size,
             lr=self.lr,
             seed=seed,
         )
+        self.vae_ = vae
+        self.record_shape_ = shape
         codes = self._codes(xs, torch.Generator().manual_seed(seed + 1))
-        self.sensitivity = empirical_sensitivity(codes, self.sensitivity_rule)
-        self.label_transfer.fit(codes, ys)
+        self.sensitivity_ = empirical_sensitivity(codes, self.sensitivity_rule)
+        self.label_transfer_ = LabelTransfer(self.label_classifier).fit(codes, ys)
         return self
 
     def synthesize(
@@ -351,32 +402,36 @@ class LatentSynthesizer:
         Returns
         -------
         SyntheticData
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before :meth:`fit`.
         """
-        eps = _check_epsilon(epsilon)
-        if self.vae is None:
-            raise ConfigError("call fit() before synthesising")
+        eps = check_epsilon("epsilon", epsilon, allow_inf=True)
+        check_is_fitted(self, "vae_")
         xs = np.array(x, dtype=np.float32)
-        if xs.shape[1:] != self._shape:
+        if xs.shape[1:] != self.record_shape_:
             raise DataError(
                 f"records have shape {xs.shape[1:]}, the VAE was fitted on "
-                f"{self._shape}"
+                f"{self.record_shape_}"
             )
         ss = np.random.SeedSequence(seed)
         torch_seed, noise_seed = ss.generate_state(2)
         codes = self._codes(xs, torch.Generator().manual_seed(int(torch_seed)))
-        scale = self.sensitivity if self.scale_by_sensitivity else 1.0
+        scale = self.sensitivity_ if self.scale_by_sensitivity else 1.0
         noisy = dx_privatize(codes, eps, np.random.default_rng(noise_seed), scale=scale)
         with torch.no_grad():
-            decoded = self.vae.decode(torch.as_tensor(noisy, dtype=torch.float32))
-        labels = self.label_transfer.predict(noisy)
+            decoded = self.vae_.decode(torch.as_tensor(noisy, dtype=torch.float32))
+        labels = self.label_transfer_.predict(noisy)
         agreement = float(np.mean(labels == np.asarray(y, dtype=np.int64)))
         return SyntheticData(
-            x=decoded.numpy().reshape(len(xs), *self._shape).astype(np.float32),
+            x=decoded.numpy().reshape(len(xs), *self.record_shape_).astype(np.float32),
             y=labels,
             epsilon=eps,
             noise_scale=scale,
-            sensitivity=self.sensitivity,
-            epsilon_dp=eps * self.sensitivity / scale,
+            sensitivity=self.sensitivity_,
+            epsilon_dp=eps * self.sensitivity_ / scale,
             label_agreement=agreement,
         )
 

@@ -1,0 +1,263 @@
+"""The import arrows of ARCHITECTURE.md hold in every module.
+
+Every module of ``fedleak/``, ``strategies/``, ``clients/`` and ``attacks/``
+is parsed with :mod:`ast`; each import (at the top of the module or inside a
+function, absolute or relative, and ``importlib.import_module`` of a literal
+name) is placed in a layer, and an import that points against the arrows, or
+a Flower import where none is allowed, fails the test with the file, the
+line and the import.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Top-level folders that install under ``fedleak`` (pyproject's package-dir).
+MAPPED = ("strategies", "clients", "attacks")
+
+#: Layer -> the layers it may import (itself included).
+ALLOWED: dict[str, frozenset[str]] = {
+    "core": frozenset({"core"}),
+    "attacks": frozenset({"attacks", "core"}),
+    "strategies": frozenset({"strategies", "attacks", "core"}),
+    "clients": frozenset({"clients", "attacks", "core"}),
+    "experiments": frozenset(
+        {"experiments", "strategies", "clients", "attacks", "core"}
+    ),
+    "bench": frozenset(
+        {"bench", "experiments", "strategies", "clients", "attacks", "core"}
+    ),
+    "cli": frozenset({"cli", "bench", "experiments", "core"}),
+}
+
+#: Layers that may import Flower (the benchmarks drive Flower simulations).
+FLOWER_ALLOWED = frozenset({"strategies", "clients", "experiments", "bench"})
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement of a module, resolved to an absolute name."""
+
+    path: str
+    line: int
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} imports {self.target}"
+
+
+def module_name(path: Path, root: Path) -> tuple[str, bool]:
+    """Return the dotted name of the module at ``path`` and whether it is a package."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[0] in MAPPED:
+        parts = ["fedleak", *parts]
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+def layer_of(name: str) -> str | None:
+    """Return the layer of a fedleak module name, ``None`` outside fedleak."""
+    parts = name.split(".")
+    if parts[0] != "fedleak":
+        return None
+    if len(parts) > 1 and parts[1] in {*MAPPED, "experiments", "bench", "cli"}:
+        return parts[1]
+    return "core"
+
+
+def imports_of(path: Path, root: Path) -> list[Import]:
+    """Every import of the module at ``path``, with relative ones resolved."""
+    name, is_package = module_name(path, root)
+    package = name if is_package else name.rpartition(".")[0]
+    shown = str(path.relative_to(root))
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [Import(shown, node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            # ``from fedleak import strategies`` imports fedleak.strategies
+            found += [
+                Import(shown, node.lineno, f"{module}.{alias.name}")
+                for alias in node.names
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
+            found.append(Import(shown, node.lineno, node.args[0].value))
+    return found
+
+
+def source_files(root: Path) -> list[Path]:
+    files = sorted((root / "fedleak").rglob("*.py"))
+    for folder in MAPPED:
+        files += sorted((root / folder).rglob("*.py"))
+    return files
+
+
+def violations(root: Path) -> list[str]:
+    """Every import of the tree at ``root`` that breaks an arrow or the Flower rule."""
+    problems: list[str] = []
+    for path in source_files(root):
+        source = layer_of(module_name(path, root)[0])
+        assert source is not None
+        for imp in imports_of(path, root):
+            top = imp.target.split(".")[0]
+            if top == "flwr" and source not in FLOWER_ALLOWED:
+                problems.append(f"{imp}: Flower in the {source} layer")
+            target = layer_of(imp.target)
+            if target is not None and target not in ALLOWED[source]:
+                problems.append(f"{imp}: {source} -> {target} goes against the arrows")
+    return problems
+
+
+# ------------------------------------------------------------------ the tree
+def test_every_module_is_checked():
+    names = {module_name(p, ROOT)[0] for p in source_files(ROOT)}
+    assert {"fedleak.validation", "fedleak.strategies.base", "fedleak.cli"} <= names
+    assert any(n.startswith("fedleak.attacks.membership.") for n in names)
+    assert any(n.startswith("fedleak.clients.") for n in names)
+    assert len(names) > 80
+
+
+def test_imports_follow_the_arrows():
+    problems = violations(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_core_and_attacks_never_import_flower():
+    flower = [
+        str(imp)
+        for path in source_files(ROOT)
+        if layer_of(module_name(path, ROOT)[0]) in ("core", "attacks")
+        for imp in imports_of(path, ROOT)
+        if imp.target.split(".")[0] == "flwr"
+    ]
+    assert not flower, "\n".join(flower)
+
+
+def test_architecture_md_maps_every_package():
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    mapped = set(re.findall(r"`(fedleak(?:\.\w+)?)`", text))
+    packages = {
+        module_name(p, ROOT)[0]
+        for p in source_files(ROOT)
+        if p.name == "__init__.py" and module_name(p, ROOT)[0].count(".") == 1
+    }
+    assert packages <= mapped, packages - mapped
+    for layer in ALLOWED:
+        assert re.search(rf"^{layer}\s+->", text, re.M), layer
+
+
+# ------------------------------------------------- the checker catches breaks
+def write(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for package in ("fedleak", "fedleak/privacy", "strategies", "clients", "attacks"):
+        write(tmp_path, f"{package}/__init__.py", "")
+    write(tmp_path, "fedleak/experiments/__init__.py", "")
+    write(tmp_path, "fedleak/bench/__init__.py", "")
+    return tmp_path
+
+
+def test_a_clean_tree_passes(tree: Path):
+    write(tree, "attacks/ok.py", "from fedleak.privacy import x\nimport numpy\n")
+    write(tree, "clients/ok.py", "import flwr\nfrom fedleak.attacks import ok\n")
+    write(tree, "fedleak/bench/ok.py", "import flwr\nfrom fedleak import strategies\n")
+    assert violations(tree) == []
+
+
+@pytest.mark.parametrize(
+    ("relative", "text", "expected"),
+    [
+        (
+            "fedleak/privacy/bad.py",
+            "def f():\n    from fedleak.strategies import SyncSGD\n",
+            "fedleak/privacy/bad.py:2 imports fedleak.strategies.SyncSGD: "
+            "core -> strategies",
+        ),
+        (
+            "fedleak/privacy/bad.py",
+            "from ..experiments import run\n",
+            "fedleak/privacy/bad.py:1 imports fedleak.experiments.run: "
+            "core -> experiments",
+        ),
+        (
+            "attacks/bad.py",
+            "import flwr.app\n",
+            "attacks/bad.py:1 imports flwr.app: Flower in the attacks layer",
+        ),
+        (
+            "fedleak/privacy/bad.py",
+            "def f():\n    from flwr.common import log\n",
+            "fedleak/privacy/bad.py:2 imports flwr.common.log: Flower in the core",
+        ),
+        (
+            "attacks/bad.py",
+            "from fedleak.clients import HonestClient\n",
+            "attacks/bad.py:1 imports fedleak.clients.HonestClient: attacks -> clients",
+        ),
+        (
+            "clients/bad.py",
+            "from fedleak import strategies\n",
+            "clients/bad.py:1 imports fedleak.strategies: clients -> strategies",
+        ),
+        (
+            "strategies/bad.py",
+            "from .. import clients\n",
+            "strategies/bad.py:1 imports fedleak.clients: strategies -> clients",
+        ),
+        (
+            "fedleak/bad.py",
+            "import importlib\nimportlib.import_module('fedleak.bench')\n",
+            "fedleak/bad.py:2 imports fedleak.bench: core -> bench",
+        ),
+        (
+            "fedleak/experiments/bad.py",
+            "from fedleak.bench import BENCHMARKS\n",
+            "fedleak/experiments/bad.py:1 imports fedleak.bench.BENCHMARKS: "
+            "experiments -> bench",
+        ),
+    ],
+    ids=[
+        "function-level",
+        "relative",
+        "flower-in-attacks",
+        "flower-in-core",
+        "attacks-to-clients",
+        "clients-to-strategies",
+        "strategies-to-clients-relative",
+        "import-module",
+        "experiments-to-bench",
+    ],
+)
+def test_a_wrong_arrow_is_named(tree: Path, relative: str, text: str, expected: str):
+    write(tree, relative, text)
+    problems = violations(tree)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(expected), problems[0]
