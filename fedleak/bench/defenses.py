@@ -74,9 +74,9 @@ from fedleak.attacks.property.classifier import (
     gradient_features,
     single_batch_auc,
 )
-from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses
 from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
 from fedleak.data.text import TextDataset
+from fedleak.defenses import EMBEDDING_KEY, ClientDefenses
 from fedleak.errors import ConfigError
 from fedleak.files import write_atomic
 from fedleak.training import batch_gradient, set_arrays

@@ -46,15 +46,15 @@ import typer
 from rich.table import Table
 
 from fedleak.attacks.membership.embedding import EmbeddingMembership, MembershipScores
-from fedleak.clients.defenses import (
+from fedleak.data.checkins import checkin_dataset, synthetic_checkins
+from fedleak.data.text import TextDataset, fortunes_dataset
+from fedleak.defenses import (
     EMBEDDING_KEY,
     ClientDefenses,
     participant_level_epsilon,
     record_level_epsilon,
     restrict_inputs,
 )
-from fedleak.data.checkins import checkin_dataset, synthetic_checkins
-from fedleak.data.text import TextDataset, fortunes_dataset
 from fedleak.errors import ConfigError
 from fedleak.files import write_atomic
 from fedleak.models import build_text_model
