@@ -58,15 +58,14 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
-from numpy.typing import NDArray
 from rich.table import Table
 
+from fedleak.data.audit_tasks import AUDIT_DATASETS, load_audit_task
 from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_atomic
 
@@ -74,96 +73,9 @@ from .console import fmt, say, written
 from .console import out as console
 from .record import BenchRecord
 
-__all__ = ["AUDIT_DATASETS", "AuditTask", "load_audit_task", "run_audit_bench"]
+__all__ = ["run_audit_bench"]
 
-AUDIT_DATASETS: tuple[str, ...] = ("digits", "breast-cancer", "fashion-mnist")
 DEFAULT_RHO_BETAS: tuple[float, ...] = (0.52, 0.75, 0.9, 0.99)
-
-
-@dataclass(frozen=True)
-class AuditTask:
-    """One dataset prepared for the audit.
-
-    Attributes
-    ----------
-    name : str
-        Dataset name.
-    x, y : numpy.ndarray
-        The training set ``D``.
-    pool_x, pool_y : numpy.ndarray
-        Records outside ``D`` (bounded replacements).
-    hidden : tuple of int
-        Hidden widths of the audited MLP (empty: a linear model).
-    num_classes : int
-        Output classes.
-    measure : str
-        Dissimilarity used for dataset sensitivity.
-    image_shape : tuple of int or None
-        For SSIM.
-    """
-
-    name: str
-    x: NDArray[np.float32]
-    y: NDArray[np.int64]
-    pool_x: NDArray[np.float32]
-    pool_y: NDArray[np.int64]
-    hidden: tuple[int, ...]
-    num_classes: int
-    measure: str
-    image_shape: tuple[int, int] | None
-
-
-def load_audit_task(name: str, train_size: int, pool_size: int, seed: int) -> AuditTask:
-    """Load ``name`` and draw ``D`` (``train_size``) and a replacement pool."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA0D17]))
-    shape: tuple[int, int] | None
-    if name == "digits":
-        from sklearn.datasets import load_digits
-
-        data_x, data_y = load_digits(return_X_y=True)
-        x_all = (data_x / 16.0).astype(np.float32)
-        hidden: tuple[int, ...] = ()
-        measure, shape = "ssim", (8, 8)
-    elif name == "breast-cancer":
-        from sklearn.datasets import load_breast_cancer
-
-        data_x, data_y = load_breast_cancer(return_X_y=True)
-        x_all = ((data_x - data_x.mean(0)) / data_x.std(0)).astype(np.float32)
-        hidden, measure, shape = (6, 6), "manhattan", None
-    elif name == "fashion-mnist":
-        import torch
-
-        from fedleak.data import load_dataset
-
-        ds = load_dataset("fashion-mnist")
-        take = rng.choice(ds.num_train, train_size + pool_size, replace=False)
-        pooled = torch.nn.functional.avg_pool2d(torch.as_tensor(ds.x_train[take]), 2)
-        x_all = pooled.reshape(len(take), -1).numpy().astype(np.float32)
-        data_y = ds.y_train[take]
-        hidden, measure, shape = (), "ssim", (14, 14)
-    else:
-        raise ConfigError(
-            f"unknown audit dataset {name!r}; choose from {list(AUDIT_DATASETS)}"
-        )
-    y_all = np.asarray(data_y, dtype=np.int64)
-    if train_size + pool_size > len(x_all):
-        raise ConfigError(
-            f"{name} has {len(x_all)} records; train_size + pool_size = "
-            f"{train_size + pool_size} is too many"
-        )
-    perm = rng.permutation(len(x_all))
-    d_idx, pool_idx = perm[:train_size], perm[train_size : train_size + pool_size]
-    return AuditTask(
-        name=name,
-        x=x_all[d_idx],
-        y=y_all[d_idx],
-        pool_x=x_all[pool_idx],
-        pool_y=y_all[pool_idx],
-        hidden=hidden,
-        num_classes=int(y_all.max()) + 1,
-        measure=measure,
-        image_shape=shape,
-    )
 
 
 def _factory(

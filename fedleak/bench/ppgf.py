@@ -68,6 +68,7 @@ import typer
 from numpy.typing import NDArray
 from rich.table import Table
 
+from fedleak.attacks.membership.gradient_norm import gradient_norm_scores
 from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_atomic
 
@@ -75,43 +76,9 @@ from .console import fmt, say, written
 from .console import out as console
 from .record import BenchRecord
 
-__all__ = ["gradient_norm_scores", "run_ppgf_bench"]
+__all__ = ["run_ppgf_bench"]
 
 DELTA_DPSGD = 1e-5
-
-
-def gradient_norm_scores(
-    model: Any, x: NDArray[np.floating], y: NDArray[np.integer]
-) -> NDArray[np.float64]:
-    """White-box membership scores: minus the per-record loss-gradient norm.
-
-    Members of the training set sit near a minimum of their own loss, so the
-    gradient of ``loss(f(x), y)`` with respect to all weights is smaller for
-    them (the gradient features of Nasr et al., used by seed 003 Section
-    5.3.2); higher score = more likely a member.
-    """
-    import torch
-    from torch.func import functional_call, grad, vmap
-    from torch.nn import functional as F
-
-    params = {k: v.detach() for k, v in model.named_parameters()}
-
-    def loss(
-        p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
-    ) -> torch.Tensor:
-        return F.cross_entropy(
-            functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)
-        )
-
-    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
-    xs = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    ys = torch.as_tensor(np.asarray(y, dtype=np.int64))
-    norms = []
-    for start in range(0, len(xs), 256):
-        g = per_example(params, xs[start : start + 256], ys[start : start + 256])
-        sq = sum(v.reshape(v.shape[0], -1).pow(2).sum(dim=1) for v in g.values())
-        norms.append(torch.sqrt(torch.as_tensor(sq)).numpy())
-    return -np.concatenate(norms).astype(np.float64)
 
 
 def _split(

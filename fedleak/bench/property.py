@@ -6,9 +6,10 @@ experiment file (``sim_configs/property_<experiment>.toml``) as Flower
 simulations with the adversary and the scripted target as clients
 (:mod:`fedleak.clients.property`), then trains the batch property classifier
 offline on the adversary's logged auxiliary gradients and scores its logged
-observations (:func:`analyse_run`). Each run's directory is kept under
-``FILE-runs/<label>/`` so it can be re-scored without re-training (running
-the same benchmark with the same ``FILE`` again replaces them).
+observations (:func:`~fedleak.attacks.property.scoring.analyse_run`). Each
+run's directory is kept under ``FILE-runs/<label>/`` so it can be re-scored
+without re-training (running the same benchmark with the same ``FILE`` again
+replaces them).
 
 Experiments (thesis figure in brackets):
 
@@ -52,7 +53,6 @@ JSON record::
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import time
@@ -66,14 +66,9 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from fedleak.attacks.property.classifier import (
-    BatchPropertyClassifier,
-    dataset_score,
-    load_observations,
-    score_series,
-    single_batch_auc,
-)
-from fedleak.errors import ConfigError, DataError
+from fedleak.attacks.property.classifier import single_batch_auc
+from fedleak.attacks.property.scoring import analyse_run
+from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
 from fedleak.files import write_figure
 
@@ -84,9 +79,7 @@ from .record import BenchRecord
 __all__ = [
     "EXPERIMENTS",
     "NORMALIZED_EXPERIMENTS",
-    "analyse_run",
     "command",
-    "load_truth",
     "run_property_bench",
 ]
 
@@ -108,79 +101,6 @@ _THESIS_ITERATIONS: Final[dict[str, int]] = {
     "join": 500,
     "text": 3000,
 }
-
-
-def load_truth(path: str | Path) -> dict[int, float]:
-    """Read the target's ``truth.jsonl``: round -> fraction of its batch with it."""
-    truth: dict[int, float] = {}
-    file = Path(path)
-    if not file.is_file():
-        raise DataError(f"{file}: no target truth (was a [target] client in the run?)")
-    for line in file.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            truth[int(row["round"])] = float(row["fraction"])
-    return truth
-
-
-def analyse_run(
-    run_dir: str | Path,
-    *,
-    classifier: str = "random-forest",
-    seed: int = 0,
-    smooth: int = 1,
-    normalize: bool = False,
-) -> dict[str, Any]:
-    """Train ``f_prop`` on a finished run's logged auxiliary gradients and score it.
-
-    Parameters
-    ----------
-    run_dir : path
-        A run directory holding ``adversary/`` (and ``target/truth.jsonl``).
-    classifier : {"random-forest", "logistic"}, default="random-forest"
-        :class:`fedleak.attacks.property.BatchPropertyClassifier` kind.
-    seed : int, default=0
-        The classifier's ``random_state``.
-    smooth : int, default=1
-        Moving-average window of the returned score series.
-    normalize : bool, default=False
-        Classify the direction of the updates only (see
-        :class:`~fedleak.attacks.property.BatchPropertyClassifier`).
-
-    Returns
-    -------
-    dict
-        ``auc`` (single-batch AUC, None if the truth has one class),
-        ``dataset_score`` (mean score), ``rounds``, ``scores``, ``truth``
-        (fraction of the target's batch with the property per round, None
-        where unknown), ``aux_gradients`` (labelled examples used).
-    """
-    folder = Path(run_dir)
-    obs = load_observations(folder / "adversary")
-    fitted = obs.fit(
-        BatchPropertyClassifier(kind=classifier, random_state=seed, normalize=normalize)
-    )
-    scores = obs.scores(fitted)
-    truth_file = folder / "target" / "truth.jsonl"
-    truth = load_truth(truth_file) if truth_file.is_file() else {}
-    fractions = [truth.get(int(r)) for r in obs.observed_rounds]
-    known = [i for i, f in enumerate(fractions) if f is not None]
-    labels = np.asarray([1 if (fractions[i] or 0.0) > 0 else 0 for i in known])
-    auc = (
-        single_batch_auc(labels, scores[known])
-        if known and np.unique(labels).size == 2
-        else None
-    )
-    rounds, series = score_series(obs.observed_rounds, scores, window=smooth)
-    return {
-        "auc": auc,
-        "dataset_score": dataset_score(scores) if scores.size else None,
-        "rounds": [int(r) for r in rounds],
-        "scores": [float(s) for s in series],
-        "truth": fractions,
-        "aux_gradients": int(obs.aux.shape[0]),
-        "features": int(obs.aux.shape[1]),
-    }
 
 
 # ---------------------------------------------------------------- runs
