@@ -44,6 +44,22 @@ def _summed(
     return total
 
 
+def _check_step(
+    params: Mapping[str, np.ndarray],
+    gradients: Sequence[Mapping[str, np.ndarray]],
+    learning_rate: float,
+    reduction: str,
+) -> None:
+    """Check the step size, the reduction and the gradients' array names."""
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise ConfigError(f"learning_rate must be > 0 and finite, got {learning_rate}")
+    if reduction not in ("sum", "mean"):
+        raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    unknown = {name for g in gradients for name in g} - set(params)
+    if unknown:
+        raise ConfigError(f"gradients for arrays the model lacks: {sorted(unknown)}")
+
+
 def sgd_step(
     params: Mapping[str, np.ndarray],
     gradients: Sequence[Mapping[str, np.ndarray]],
@@ -118,13 +134,7 @@ def sgd_step(
     >>> sgd_step(theta, grads, 0.1)["w"]
     array([0.8, 2. ], dtype=float32)
     """
-    if not (math.isfinite(learning_rate) and learning_rate > 0):
-        raise ConfigError(f"learning_rate must be > 0 and finite, got {learning_rate}")
-    if reduction not in ("sum", "mean"):
-        raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
-    unknown = {name for g in gradients for name in g} - set(params)
-    if unknown:
-        raise ConfigError(f"gradients for arrays the model lacks: {sorted(unknown)}")
+    _check_step(params, gradients, learning_rate, reduction)
     if noise_std is not None and noise_rng is None:
         raise ConfigError("noise_std needs a noise_rng")
     if momentum and momentum_buffer is None:

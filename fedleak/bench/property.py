@@ -485,14 +485,8 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     return rows, summary, [plot]
 
 
-def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    from fedleak.attacks.property.text import (
-        fortunes_property_task,
-        run_text_property_attack,
-    )
-
-    task = fortunes_property_task(seed=s.seed)
-    rounds = s.rounds or _TEXT_ROUNDS
+def _text_plan(s: _Settings) -> list[tuple[str, dict[str, Any]]]:
+    """Return the text runs, (category, params): Table 7.4, Figs. 7.4(b), 7.7(b)."""
     categories = ["startrek"] if s.quick else ["startrek", "linux", "food", "love"]
     plan: list[tuple[str, dict[str, Any]]] = [
         (c, {"property": c, "participants": 2, "batch_fraction": 1.0})
@@ -513,55 +507,61 @@ def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
             )
             for k in (4, 8)
         ]
-    rows: list[dict[str, Any]] = []
-    for category, params in plan:
-        label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
-        s.say(f"text: {label} ({rounds} rounds)")
-        started = time.perf_counter()
-        result = run_text_property_attack(
-            task,
-            category,
-            rounds=rounds,
-            participants=params["participants"],
-            batch_fraction=params["batch_fraction"],
-            seed=s.seed,
-        )
-        wall = time.perf_counter() - started
-        s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
-        rows.append(
-            {
-                "label": label,
-                "params": {**params, "secure_aggregation": False},
-                "rounds": rounds,
-                "num_clients": params["participants"],
-                "auc": result.auc,
-                "dataset_score": float(np.mean(result.scores)),
-                "top_words": list(result.top_words),
-                "correlation": result.correlation,
-                "wall_s": wall,
-                "median_round_s": wall / rounds,
-                "test_accuracy": result.test_accuracy,
-                "series": {
-                    "rounds": list(range(1, rounds + 1)),
-                    "scores": [float(x) for x in result.scores],
-                },
-                "truth": [int(t) for t in result.truth],
-            }
-        )
-    table = {
-        r["params"]["property"]: r["top_words"]
-        for r in rows
-        if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
-    }
-    summary = {"auc": {r["label"]: r["auc"] for r in rows}, "top_words": table}
+    return plan
 
+
+def _text_row(
+    s: _Settings, task: Any, category: str, params: dict[str, Any], rounds: int
+) -> dict[str, Any]:
+    """Run the in-process text attack of one plan entry; return its JSON row."""
+    from fedleak.attacks.property.text import run_text_property_attack
+
+    label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
+    s.say(f"text: {label} ({rounds} rounds)")
+    started = time.perf_counter()
+    result = run_text_property_attack(
+        task,
+        category,
+        rounds=rounds,
+        participants=params["participants"],
+        batch_fraction=params["batch_fraction"],
+        seed=s.seed,
+    )
+    wall = time.perf_counter() - started
+    s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
+    return {
+        "label": label,
+        "params": {**params, "secure_aggregation": False},
+        "rounds": rounds,
+        "num_clients": params["participants"],
+        "auc": result.auc,
+        "dataset_score": float(np.mean(result.scores)),
+        "top_words": list(result.top_words),
+        "correlation": result.correlation,
+        "wall_s": wall,
+        "median_round_s": wall / rounds,
+        "test_accuracy": result.test_accuracy,
+        "series": {
+            "rounds": list(range(1, rounds + 1)),
+            "scores": [float(x) for x in result.scores],
+        },
+        "truth": [int(t) for t in result.truth],
+    }
+
+
+def _two_party_full_batch(row: dict[str, Any]) -> bool:
+    params = row["params"]
+    return bool(params["participants"] == 2 and params["batch_fraction"] == 1.0)
+
+
+def _plot_text_words(
+    s: _Settings, rows: list[dict[str, Any]], table: dict[str, list[str]]
+) -> str:
     def draw(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
         ax.axis("off")
         auc_of = {
-            r["params"]["property"]: r["auc"]
-            for r in rows
-            if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
+            r["params"]["property"]: r["auc"] for r in rows if _two_party_full_batch(r)
         }
         cells = [[c, f"{auc_of[c]:.3f}", ", ".join(w)] for c, w in table.items()]
         grid = ax.table(
@@ -573,50 +573,62 @@ def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
         grid.auto_set_column_width([0, 1, 2])
         ax.set_title("fortunes: words with the largest coefficients")
 
-    plots = [
-        write_figure(_plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table)))
+    return write_figure(
+        _plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table))
+    )
+
+
+def _plot_text_sweeps(s: _Settings, rows: list[dict[str, Any]]) -> list[str]:
+    """AUC vs fraction and vs participants of the startrek runs (Figs. 7.4b, 7.7b)."""
+    startrek = [r for r in rows if r["params"]["property"] == "startrek"]
+    fractions = [r for r in startrek if r["params"]["participants"] == 2]
+    parties = [r for r in startrek if r["params"]["batch_fraction"] == 1.0]
+    return [
+        _plot_lines(
+            s,
+            "text-fraction",
+            "fortunes (startrek): AUC vs fraction",
+            "fraction of the batch",
+            {
+                "plain": (
+                    [r["params"]["batch_fraction"] for r in fractions],
+                    [r["auc"] for r in fractions],
+                )
+            },
+        ),
+        _plot_lines(
+            s,
+            "text-participants",
+            "fortunes (startrek): AUC vs participants",
+            "participants K",
+            {
+                "plain": (
+                    [r["params"]["participants"] for r in parties],
+                    [r["auc"] for r in parties],
+                )
+            },
+        ),
     ]
+
+
+def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    from fedleak.attacks.property.text import fortunes_property_task
+
+    task = fortunes_property_task(seed=s.seed)
+    rounds = s.rounds or _TEXT_ROUNDS
+    rows = [
+        _text_row(s, task, category, params, rounds)
+        for category, params in _text_plan(s)
+    ]
+    table = {
+        r["params"]["property"]: r["top_words"]
+        for r in rows
+        if _two_party_full_batch(r)
+    }
+    summary = {"auc": {r["label"]: r["auc"] for r in rows}, "top_words": table}
+    plots = [_plot_text_words(s, rows, table)]
     if not s.quick:
-        fractions = [
-            r
-            for r in rows
-            if r["params"]["participants"] == 2
-            and r["params"]["property"] == "startrek"
-        ]
-        parties = [
-            r
-            for r in rows
-            if r["params"]["property"] == "startrek"
-            and r["params"]["batch_fraction"] == 1.0
-        ]
-        plots.append(
-            _plot_lines(
-                s,
-                "text-fraction",
-                "fortunes (startrek): AUC vs fraction",
-                "fraction of the batch",
-                {
-                    "plain": (
-                        [r["params"]["batch_fraction"] for r in fractions],
-                        [r["auc"] for r in fractions],
-                    )
-                },
-            )
-        )
-        plots.append(
-            _plot_lines(
-                s,
-                "text-participants",
-                "fortunes (startrek): AUC vs participants",
-                "participants K",
-                {
-                    "plain": (
-                        [r["params"]["participants"] for r in parties],
-                        [r["auc"] for r in parties],
-                    )
-                },
-            )
-        )
+        plots += _plot_text_sweeps(s, rows)
     return rows, summary, plots
 
 
