@@ -34,7 +34,6 @@ observed round); :func:`load_membership_attack` rebuilds the attack from it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +42,11 @@ from fedleak.attacks.membership.embedding import EmbeddingMembership
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 
 from fedleak import protocol
+from fedleak.defenses import EMBEDDING_KEY
 from fedleak.errors import ConfigError, DataError
+from fedleak.settings import AdversarySettings, RunContext
 from fedleak.task import TaskSpec
 
-from .defenses import EMBEDDING_KEY
 from .honest import HonestClient
 from .secagg import QUANTISATION_STATE
 
@@ -54,7 +54,6 @@ __all__ = [
     "BAGS_FILE",
     "MEMBERSHIP_KIND",
     "EmbeddingMembershipAdversary",
-    "MembershipSettings",
     "load_membership_attack",
     "membership_behaviour",
 ]
@@ -67,31 +66,6 @@ BAGS_FILE = "membership-bags.jsonl"
 
 _STATE_PREVIOUS = "fedleak.membership.previous"
 _STATE_META = "fedleak.membership.meta"
-
-
-@dataclass(frozen=True)
-class MembershipSettings:
-    """The adversary's settings, from the message config (``adversary.*``)."""
-
-    partition: int
-    extra_tolerance: float = 0.0
-    run_dir: str = ""
-
-    @classmethod
-    def from_config(cls, config: ConfigRecord) -> MembershipSettings:
-        """Parse ``adversary.partition``, ``adversary.membership.*``, the run dir."""
-        partition = config.get("adversary.partition")
-        if isinstance(partition, bool) or not isinstance(partition, int):
-            raise ConfigError("the message config lacks an integer adversary.partition")
-        tolerance = config.get("adversary.membership.extra_tolerance", 0.0)
-        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
-            raise ConfigError("adversary.membership.extra_tolerance must be a number")
-        run_dir = config.get("experiment.run-dir", "")
-        return cls(
-            partition=partition,
-            extra_tolerance=float(tolerance),
-            run_dir=run_dir if isinstance(run_dir, str) else "",
-        )
 
 
 def _embedding(arrays: ArrayRecord) -> np.ndarray:
@@ -112,16 +86,24 @@ def _round_of(config: ConfigRecord | None) -> int:
 class EmbeddingMembershipAdversary(HonestClient):
     """Honest uploads; on the side, the bag of words of the others' batches.
 
-    Settings come from the message config (:class:`MembershipSettings`).
+    Settings come from the message config: ``adversary.*``
+    (:class:`fedleak.settings.AdversarySettings`) and the run directory
+    (:class:`fedleak.settings.RunContext`).
     """
 
     kind: str = MEMBERSHIP_KIND
 
-    def settings(self) -> MembershipSettings:
-        """Return the settings of the current message."""
+    def settings(self) -> AdversarySettings:
+        """Return the adversary settings of the current message."""
         if self.config is None:
             raise ConfigError("the adversary was not bound to a message (bind())")
-        return MembershipSettings.from_config(self.config)
+        return AdversarySettings.from_config(self.config)
+
+    def run_dir(self) -> str:
+        """Return the run directory of the current message ("" = none)."""
+        if self.config is None:
+            raise ConfigError("the adversary was not bound to a message (bind())")
+        return RunContext.from_config(self.config).run_dir
 
     def _context(self) -> Context:
         if self.context is None:
@@ -193,15 +175,16 @@ class EmbeddingMembershipAdversary(HonestClient):
             theta.astype(np.float64) - before,
             own=own,
             parameters=(before, theta),
-            extra_tolerance=settings.extra_tolerance,
+            extra_tolerance=settings.membership.extra_tolerance,
             own_quantum=float(quantum) if isinstance(quantum, int | float) else 0.0,
         )
-        if not settings.run_dir:
+        run_dir = self.run_dir()
+        if not run_dir:
             raise ConfigError(
                 "experiment.run-dir is empty: the membership adversary needs a run "
                 "directory for its observations (run through fedleak.experiments)"
             )
-        path = Path(settings.run_dir) / "adversary" / BAGS_FILE
+        path = Path(run_dir) / "adversary" / BAGS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         row: dict[str, Any] = {
             "round": server_round - 1,
@@ -252,8 +235,7 @@ def membership_behaviour(
     spec: TaskSpec, partition_id: int, config: ConfigRecord
 ) -> HonestClient | None:
     """Return the adversary for ``adversary.partition``, else None (fall back)."""
-    if config.get("adversary.kind", "none") != MEMBERSHIP_KIND:
-        return None
-    if partition_id == MembershipSettings.from_config(config).partition:
+    settings = AdversarySettings.from_config(config)
+    if settings.kind == MEMBERSHIP_KIND and partition_id == settings.partition:
         return EmbeddingMembershipAdversary(spec, partition_id)
     return None

@@ -5,7 +5,8 @@ inference, Alg. 7) and the experiments of Ch. 7.2.3-7.2.7. Every node of a
 simulation runs the same ClientApp; :func:`property_behaviour` picks the
 behaviour of a node from its partition id and the message config
 (``adversary.*`` and ``target.*`` entries, written by
-:meth:`fedleak.experiments.config.ExperimentConfig.client_config`):
+:meth:`fedleak.experiments.config.ExperimentConfig.client_config` and read
+by their schemas in :mod:`fedleak.settings`):
 
 - the adversary's partition runs :class:`PassivePropertyAdversary` or
   :class:`ActivePropertyAdversary`;
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +59,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 from fedleak import protocol
 from fedleak.data import apply_property
 from fedleak.errors import ConfigError, DataError
+from fedleak.settings import (
+    AdversarySettings,
+    PropertyAttackSettings,
+    ProtocolFacts,
+    RunContext,
+    TargetSchedule,
+)
 from fedleak.task import TaskSpec, client_data
 from fedleak.training import batch_gradient
 
@@ -66,9 +75,8 @@ __all__ = [
     "PROPERTY_ADVERSARY_KINDS",
     "ActivePropertyAdversary",
     "PassivePropertyAdversary",
-    "PropertyAttackSettings",
+    "PropertyAttackContext",
     "PropertyTarget",
-    "TargetSchedule",
     "auxiliary_pools",
     "property_behaviour",
 ]
@@ -82,114 +90,39 @@ _STATE_HEAD = "fedleak.property.head"
 _STATE_META = "fedleak.property.meta"
 
 
-def _value(config: ConfigRecord, key: str, kind: type, default: Any = None) -> Any:
-    value = config.get(key, default)
-    if value is None:
-        raise ConfigError(
-            f"the message config lacks {key!r}: run property experiments through "
-            "fedleak.experiments (ExperimentConfig.client_config)"
-        )
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kind is not bool and isinstance(value, bool):
-        raise ConfigError(f"{key!r} must be {kind.__name__}, got bool")
-    if not isinstance(value, kind):
-        raise ConfigError(
-            f"{key!r} must be {kind.__name__}, got {type(value).__name__}"
-        )
-    return value
-
-
 @dataclass(frozen=True)
-class PropertyAttackSettings:
-    """The property adversary's settings, read from the message config.
+class PropertyAttackContext:
+    """What a message tells the property adversary.
 
-    Attributes mirror ``[adversary]``/``[adversary.property]`` of the
-    experiment file plus what the adversary knows of the protocol.
+    Its settings (``[adversary.property]``), what it knows of the protocol
+    (``protocol.*``: server step, reduction, number of clients ``K``) and the
+    run directory its observations go to; each part is read by its own
+    schema (:mod:`fedleak.settings`).
     """
 
-    partition: int
-    pooling: str = "max"
-    aux_pairs: int = 1
-    aux_fraction: float = 1.0
-    emulate: int = 0
-    alpha: float = 0.0
-    head_learning_rate: float = 0.05
-    server_learning_rate: float = 0.05
-    reduction: str = "sum"
-    num_clients: int = 2
+    attack: PropertyAttackSettings
+    protocol: ProtocolFacts
     run_dir: str = ""
 
     @classmethod
-    def from_config(cls, config: ConfigRecord) -> PropertyAttackSettings:
-        """Parse ``adversary.*``, ``protocol.*`` and ``experiment.run-dir``."""
-        p = "adversary.property."
+    def from_config(cls, config: Mapping[str, Any]) -> PropertyAttackContext:
+        """Read the three parts from a message config.
+
+        Raises
+        ------
+        ConfigError
+            If an entry is missing (``protocol.*``) or wrong.
+        """
         return cls(
-            partition=_value(config, "adversary.partition", int),
-            pooling=_value(config, p + "pooling", str, "max"),
-            aux_pairs=_value(config, p + "aux_pairs", int, 1),
-            aux_fraction=_value(config, p + "aux_fraction", float, 1.0),
-            emulate=_value(config, p + "emulate", int, 0),
-            alpha=_value(config, p + "alpha", float, 0.0),
-            head_learning_rate=_value(config, p + "head_learning_rate", float, 0.05),
-            server_learning_rate=_value(config, "protocol.learning-rate", float),
-            reduction=_value(config, "protocol.reduction", str, "sum"),
-            num_clients=_value(config, "protocol.num-clients", int),
-            run_dir=_value(config, "experiment.run-dir", str, ""),
+            attack=AdversarySettings.from_config(config).property,
+            protocol=ProtocolFacts.from_config(config),
+            run_dir=RunContext.from_config(config).run_dir,
         )
 
     @property
     def emulated_participants(self) -> int:
         """Other participants whose aggregate the adversary emulates (``K - 1``)."""
-        return self.emulate or max(self.num_clients - 1, 1)
-
-
-@dataclass(frozen=True)
-class TargetSchedule:
-    """When the target's batches have the property (``[target]``).
-
-    In an eligible round ``r`` (``r >= join_round`` and, if
-    ``property_rounds = (a, b)``, ``a <= r < b``) with
-    ``r % property_every == 0`` the batch has the property in fraction
-    ``batch_fraction``; ``property_every = 0`` keeps the honest batch order.
-    ``control`` never uses a record with the property.
-    """
-
-    property_every: int = 2
-    batch_fraction: float = 1.0
-    property_rounds: tuple[int, ...] = ()
-    join_round: int = 1
-    control: bool = False
-
-    @classmethod
-    def from_config(cls, config: ConfigRecord) -> TargetSchedule:
-        """Parse the ``target.*`` entries."""
-        rounds = config.get("target.property_rounds", [])
-        if not isinstance(rounds, list) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in rounds
-        ):
-            raise ConfigError("'target.property_rounds' must be a list of integers")
-        return cls(
-            property_every=_value(config, "target.property_every", int, 2),
-            batch_fraction=_value(config, "target.batch_fraction", float, 1.0),
-            property_rounds=tuple(cast(list[int], rounds)),
-            join_round=_value(config, "target.join_round", int, 1),
-            control=_value(config, "target.control", bool, False),
-        )
-
-    def joined(self, server_round: int) -> bool:
-        """Whether the target takes part in ``server_round``."""
-        return server_round >= self.join_round
-
-    def has_property(self, server_round: int) -> bool:
-        """Whether the scripted batch of ``server_round`` has the property."""
-        if self.control or self.property_every == 0 or not self.joined(server_round):
-            return False
-        if self.property_rounds:
-            a, b = self.property_rounds
-            if not a <= server_round < b:
-                return False
-        return server_round % self.property_every == 0
+        return self.attack.emulate or max(self.protocol.num_clients - 1, 1)
 
 
 def _round_of(config: ConfigRecord | None) -> int:
@@ -262,16 +195,16 @@ class PassivePropertyAdversary(HonestClient):
        (Ch. 7.2.6-7.2.7);
     3. writes the pooled features of both to its observation log.
 
-    Settings come from the message config (:class:`PropertyAttackSettings`).
+    Settings come from the message config (:class:`PropertyAttackContext`).
     """
 
     kind: str = "passive-property"
 
-    def settings(self) -> PropertyAttackSettings:
+    def settings(self) -> PropertyAttackContext:
         """Return the attack settings of the current message."""
         if self.config is None:
             raise ConfigError("the adversary was not bound to a message (bind())")
-        return PropertyAttackSettings.from_config(self.config)
+        return PropertyAttackContext.from_config(self.config)
 
     def _context(self) -> Context:
         if self.context is None:
@@ -348,23 +281,27 @@ class PassivePropertyAdversary(HonestClient):
     def _observe_sgd(
         self,
         theta: dict[str, np.ndarray],
-        settings: PropertyAttackSettings,
+        settings: PropertyAttackContext,
         server_round: int,
     ) -> dict[str, np.ndarray] | None:
         previous = self._previous(server_round)
         if previous is None:
             return None
         before, upload = previous
-        scale = 1.0 if settings.reduction == "sum" else float(settings.num_clients)
+        scale = (
+            1.0
+            if settings.protocol.reduction == "sum"
+            else float(settings.protocol.num_clients)
+        )
         observed: dict[str, np.ndarray] = derive_sgd_aggregate(
-            before, theta, upload, settings.server_learning_rate, scale
+            before, theta, upload, settings.protocol.learning_rate, scale
         )
         return observed
 
     def _observe_averaging(
         self,
         theta: dict[str, np.ndarray],
-        settings: PropertyAttackSettings,
+        settings: PropertyAttackContext,
         server_round: int,
     ) -> dict[str, np.ndarray] | None:
         previous = self._previous(server_round)
@@ -372,14 +309,14 @@ class PassivePropertyAdversary(HonestClient):
             return None
         before, own_model = previous
         observed: dict[str, np.ndarray] = derive_averaging_aggregate(
-            before, theta, own_model, 1.0 / settings.num_clients
+            before, theta, own_model, 1.0 / settings.protocol.num_clients
         )
         return observed
 
     def _auxiliary(
         self,
         model: torch.nn.Module,
-        settings: PropertyAttackSettings,
+        settings: PropertyAttackContext,
         server_round: int,
         *,
         averaging: bool,
@@ -389,7 +326,7 @@ class PassivePropertyAdversary(HonestClient):
         rows: list[np.ndarray] = []
         labels: list[int] = []
         config = self.config if self.config is not None else ConfigRecord()
-        for _ in range(settings.aux_pairs):
+        for _ in range(settings.attack.aux_pairs):
             if averaging:
                 epochs = config.get(protocol.LOCAL_EPOCHS, self.spec.local_epochs)
                 lr = config.get(protocol.LEARNING_RATE, self.spec.learning_rate)
@@ -397,9 +334,9 @@ class PassivePropertyAdversary(HonestClient):
                     model,
                     pools,
                     participants=settings.emulated_participants,
-                    total_participants=settings.num_clients,
+                    total_participants=settings.protocol.num_clients,
                     records=self.data.num_train,
-                    prop_fraction=settings.aux_fraction,
+                    prop_fraction=settings.attack.aux_fraction,
                     epochs=int(cast(int, epochs)),
                     batch_size=self.spec.batch_size,
                     learning_rate=float(cast(float, lr)),
@@ -411,19 +348,19 @@ class PassivePropertyAdversary(HonestClient):
                     pools,
                     batch_size=self.spec.batch_size,
                     participants=settings.emulated_participants,
-                    prop_fraction=settings.aux_fraction,
+                    prop_fraction=settings.attack.aux_fraction,
                     rng=rng,
                 )
             rows += [
-                gradient_features(positive, settings.pooling),
-                gradient_features(negative, settings.pooling),
+                gradient_features(positive, settings.attack.pooling),
+                gradient_features(negative, settings.attack.pooling),
             ]
             labels += [1, 0]
         return np.stack(rows), np.asarray(labels)
 
     def _log(
         self,
-        settings: PropertyAttackSettings,
+        settings: PropertyAttackContext,
         server_round: int,
         observed: dict[str, np.ndarray] | None,
         aux: np.ndarray,
@@ -435,7 +372,9 @@ class PassivePropertyAdversary(HonestClient):
                 "directory for its observations (run through fedleak.experiments)"
             )
         features = (
-            None if observed is None else gradient_features(observed, settings.pooling)
+            None
+            if observed is None
+            else gradient_features(observed, settings.attack.pooling)
         )
         ObservationLog(Path(settings.run_dir) / "adversary").write_round(
             server_round,
@@ -444,11 +383,11 @@ class PassivePropertyAdversary(HonestClient):
             aux=aux,
             aux_labels=labels,
             meta={
-                "pooling": settings.pooling,
+                "pooling": settings.attack.pooling,
                 "partition": self.partition_id,
                 "emulated_participants": settings.emulated_participants,
-                "aux_fraction": settings.aux_fraction,
-                "alpha": settings.alpha,
+                "aux_fraction": settings.attack.aux_fraction,
+                "alpha": settings.attack.alpha,
                 "kind": self.kind,
             },
         )
@@ -488,9 +427,9 @@ class ActivePropertyAdversary(PassivePropertyAdversary):
             self.spec.batch_size, 0.5, self.rng(0xAC7, server_round)
         )
         shared, head_grads, _ = multitask_gradient(
-            model, head, (x, y), (x_p, p), settings.alpha
+            model, head, (x, y), (x_p, p), settings.attack.alpha
         )
-        apply_head_step(head, head_grads, settings.head_learning_rate)
+        apply_head_step(head, head_grads, settings.attack.head_learning_rate)
         self._context().state[_STATE_HEAD] = _record(
             {k: v.detach().numpy().copy() for k, v in head.state_dict().items()}
         )
@@ -531,8 +470,10 @@ class PropertyTarget(HonestClient):
         return TargetSchedule.from_config(self.config)
 
     def _truth(self, server_round: int, fraction: float, joined: bool) -> None:
-        run_dir = "" if self.config is None else self.config.get("experiment.run-dir")
-        if isinstance(run_dir, str) and run_dir:
+        run_dir = (
+            "" if self.config is None else RunContext.from_config(self.config).run_dir
+        )
+        if run_dir:
             _append_jsonl(
                 Path(run_dir) / "target" / "truth.jsonl",
                 {
@@ -639,10 +580,11 @@ def property_behaviour(
     (including when ``adversary.kind`` is not a property adversary), so a
     caller can fall back to another behaviour.
     """
-    kind = config.get("adversary.kind", "none")
+    settings = AdversarySettings.from_config(config)
+    kind = settings.kind
     if kind not in PROPERTY_ADVERSARY_KINDS:
         return None
-    if partition_id == _value(config, "adversary.partition", int):
+    if partition_id == settings.partition:
         if kind == "active-property":
             return ActivePropertyAdversary(spec, partition_id)
         return PassivePropertyAdversary(spec, partition_id)

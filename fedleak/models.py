@@ -266,7 +266,7 @@ class TextGRU(nn.Module):
     right-padded, so the GRU state at the last real token is the "last hidden
     vector of the sequence" and padding never influences the output. For
     record-level DP-SGD, Opacus swaps ``nn.GRU`` for its ``DPGRU``
-    (:func:`fedleak.clients.defenses.make_dp_compatible`).
+    (:func:`fedleak.defenses.make_dp_compatible`).
 
     Parameters
     ----------

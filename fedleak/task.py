@@ -14,6 +14,7 @@ loaded partitions are cached per process (a Ray actor serves many nodes).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -114,6 +115,10 @@ class TaskSpec:
     crash_rounds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{_PREFIX}{f.name} must be finite, got {value}")
         if self.partition not in PARTITIONERS:
             raise ConfigError(
                 f"unknown partition {self.partition!r}; "

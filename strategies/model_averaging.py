@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from logging import INFO
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedleak import protocol
 from fedleak.errors import ConfigError
+from fedleak.federated import average_models
 
 from .base import PartitionAwareStrategy, numpy_to_arrays
 
@@ -102,14 +102,7 @@ class ModelAveraging(PartitionAwareStrategy):
         if not local_models:
             log(INFO, "aggregate_train: no usable model in round %d", server_round)
             return None, metrics
-        total_weight = sum(weight for _, weight in local_models)
-        averaged: dict[str, np.ndarray] = {}
-        for name, value in model.items():
-            mean = sum(w * local[name].astype(np.float64) for local, w in local_models)
-            mean = np.asarray(mean) / total_weight
-            if np.issubdtype(value.dtype, np.integer):
-                mean = np.rint(mean)
-            averaged[name] = mean.astype(value.dtype)
+        averaged = average_models(model, local_models)
         return numpy_to_arrays(averaged), metrics
 
     def summary(self) -> None:

@@ -6,13 +6,13 @@ from collections.abc import Iterable
 from logging import INFO
 from typing import Literal
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedleak import protocol
 from fedleak.errors import ConfigError
+from fedleak.federated import sgd_step
 
 from .base import PartitionAwareStrategy, numpy_to_arrays
 
@@ -96,24 +96,12 @@ class SyncSGD(PartitionAwareStrategy):
         if not gradients:
             log(INFO, "aggregate_train: no usable gradient in round %d", server_round)
             return None, metrics
-        total: dict[str, np.ndarray] = {}
-        for gradient, _ in gradients:
-            for name, value in gradient.items():
-                if name in total:
-                    total[name] += value
-                else:
-                    total[name] = value.astype(np.float64)
-        scale = self.learning_rate
-        if self.reduction == "mean":
-            scale /= len(gradients)
-        updated = {
-            name: (
-                (value.astype(np.float64) - scale * total[name]).astype(value.dtype)
-                if name in total
-                else value
-            )
-            for name, value in model.items()
-        }
+        updated = sgd_step(
+            model,
+            [gradient for gradient, _ in gradients],
+            self.learning_rate,
+            reduction=self.reduction,
+        )
         return numpy_to_arrays(updated), metrics
 
     def summary(self) -> None:

@@ -261,3 +261,37 @@ def test_a_wrong_arrow_is_named(tree: Path, relative: str, text: str, expected: 
     problems = violations(tree)
     assert len(problems) == 1, problems
     assert problems[0].startswith(expected), problems[0]
+
+
+def test_the_core_and_attacks_load_without_flower_or_ray():
+    """The static arrows above, checked at run time: importing every module of
+    the core and of ``attacks`` loads neither Flower nor Ray."""
+    import subprocess
+    import sys
+
+    skip = ("fedleak.experiments", "fedleak.bench", "fedleak.cli")
+    names = []
+    for root, package in (
+        (ROOT / "fedleak", "fedleak"),
+        (ROOT / "attacks", "fedleak.attacks"),
+    ):
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join((package, *parts))
+            if not name.startswith(skip):
+                names.append(name)
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('flwr', 'ray'))\n"
+        "print(loaded[:10])\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
+    assert len(names) > 50
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""Tests of the client-side defenses of seed 000 Ch. 7.3 (fedleak.clients.defenses)."""
+"""Tests of the client-side defenses of seed 000 Ch. 7.3 (fedleak.defenses)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from fedleak.clients.defenses import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opacus.layers import DPGRU
+
+from fedleak.data.text import FIRST_WORD_ID, UNK_ID
+from fedleak.defenses import (
     EMBEDDING_KEY,
     ClientDefenses,
     make_dp_compatible,
@@ -18,11 +23,6 @@ from fedleak.clients.defenses import (
     share_top_fraction,
     zero_rows_outside_vocabulary,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from opacus.layers import DPGRU
-
-from fedleak.data.text import FIRST_WORD_ID, UNK_ID
 from fedleak.errors import ConfigError
 from fedleak.models import build_text_model
 from fedleak.privacy.accounting import sgm_epsilon

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fedleak.clients.defenses import EMBEDDING_KEY, DefendedClient, defenses_from_config
+from fedleak.clients.defenses import DefendedClient, defended_behaviour
 from fedleak.clients.honest import HonestClient
 from fedleak.clients.membership import (
     BAGS_FILE,
@@ -22,6 +22,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from fedleak import protocol
 from fedleak.data.text import load_text_task
+from fedleak.defenses import EMBEDDING_KEY, ClientDefenses
 from fedleak.errors import DataError
 from fedleak.task import TaskSpec
 
@@ -105,8 +106,8 @@ def test_defended_client_uploads_only_the_top_fraction(tmp_path: Path) -> None:
             "defenses.vocab_top_n": 20,
         }
     )
-    defenses = defenses_from_config(config)
-    assert defenses is not None
+    defenses = ClientDefenses.from_config(config)
+    assert defenses.active
     client = DefendedClient(SPEC, 0, defenses)
     client.bind(_context(0), config)
     assert int(client.data.x_train.max()) < 20 + 2
@@ -121,7 +122,8 @@ def test_defended_client_uploads_only_the_top_fraction(tmp_path: Path) -> None:
     )
     assert not grads[EMBEDDING_KEY][22:].any()
     assert metrics[protocol.NUM_EXAMPLES] == 8
-    assert defenses_from_config(ConfigRecord({"defenses.share_fraction": 1.0})) is None
+    inactive = ConfigRecord({"defenses.share_fraction": 1.0})
+    assert defended_behaviour(SPEC, 0, inactive) is None
 
 
 @pytest.mark.slow

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from fedleak.bench.membership import (
+from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     _BatchWalker,
     simulate_membership,
 )
+
 from fedleak.data.checkins import checkin_dataset, synthetic_checkins
 from fedleak.data.text import TextDataset
 

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak.bench.mi_classifier import (
-    run_mi_classifier_bench,
-    skewed_purchases,
-)
+from fedleak.bench.mi_classifier import run_mi_classifier_bench
 from fedleak.bench.mi_generative import run_mi_generative_bench
+from fedleak.data import skewed_purchases
 from fedleak.errors import ConfigError
 
 FEDLEAK = str(Path(sys.executable).with_name("fedleak"))

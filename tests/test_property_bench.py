@@ -6,9 +6,10 @@ import json
 
 import pytest
 from cli_process import run_fedleak
+from fedleak.attacks.property.scoring import analyse_run
 from typer.testing import CliRunner
 
-from fedleak.bench.property import analyse_run, run_property_bench
+from fedleak.bench.property import run_property_bench
 from fedleak.cli import app
 from fedleak.data import find_data_dir
 from fedleak.errors import ConfigError, DataError

@@ -21,7 +21,6 @@ from fedleak.clients.property import (
     ActivePropertyAdversary,
     PassivePropertyAdversary,
     PropertyTarget,
-    TargetSchedule,
     auxiliary_pools,
 )
 from fedleak.strategies import ModelAveraging, SyncSGD
@@ -32,6 +31,7 @@ from fedleak import protocol
 from fedleak.errors import ConfigError, DataError
 from fedleak.experiments.config import ExperimentConfig, validate
 from fedleak.experiments.runner import make_experiment_client_app
+from fedleak.settings import TargetSchedule
 from fedleak.training import batch_gradient
 
 

@@ -17,6 +17,12 @@ Modules (Flower-free, testable on plain arrays and tensors):
 ``metrics``
     The common interface: scores, single and set MI decisions, top-n
     accuracy, membership advantage.
+``simulation``
+    Two-party synchronized SGD in one process with the embedding adversary
+    (Table 7.2; the target optionally defended, Ch. 7.3).
+``gradient_norm``
+    White-box scores from per-record loss-gradient norms (seed 003 Section
+    5.3.2).
 
 Every public name of those modules is importable from this package.
 """
@@ -40,12 +46,14 @@ _WHERE = {
     "LossThresholdAttack": "classifier",
     "MIMetrics": "metrics",
     "MembershipScores": "embedding",
+    "MembershipSetup": "simulation",
     "MonteCarloAttack": "montecarlo",
     "PCAFeatures": "montecarlo",
     "PixelFeatures": "montecarlo",
     "SGDProcedure": "classifier",
     "ScoreFunction": "metrics",
     "ShadowModelAttack": "classifier",
+    "SimulationOutcome": "simulation",
     "TorchClassifier": "classifier",
     "TrainProcedure": "classifier",
     "TrainedModel": "classifier",
@@ -54,6 +62,8 @@ _WHERE = {
     "contribution_scale": "embedding",
     "evaluate_membership": "classifier",
     "evaluate_scores": "metrics",
+    "gradient_norm_scores": "gradient_norm",
+    "inputs_and_model": "simulation",
     "loss_scores": "classifier",
     "make_feature_map": "montecarlo",
     "max_membership_advantage": "metrics",
@@ -63,6 +73,7 @@ _WHERE = {
     "membership_advantage": "metrics",
     "mi_trials": "metrics",
     "mitigation_efficiency": "classifier",
+    "model_auc": "simulation",
     "pairwise_distances": "montecarlo",
     "percentile_heuristic": "montecarlo",
     "precision_recall": "metrics",
@@ -70,8 +81,10 @@ _WHERE = {
     "record_bag": "embedding",
     "rounding_tolerance": "embedding",
     "score_membership": "embedding",
+    "server_step": "simulation",
     "set_mi_accuracy": "metrics",
     "set_mi_decision": "metrics",
+    "simulate_membership": "simulation",
     "single_mi_accuracy": "metrics",
     "threshold_decision": "metrics",
     "top_n_accuracy": "metrics",

@@ -10,6 +10,12 @@ Modules (Flower-free):
     updates, the active attack's multi-task gradient (Ch. 7.1.5).
 ``text``
     The text analogue on real short texts (Debian fortunes).
+``simulation``
+    Two-party synchronized SGD in one process with the passive attack on
+    embedding gradients (the target optionally defended, Ch. 7.3).
+``scoring``
+    Offline scoring of a finished Flower run from the adversary's
+    observation log and the target's truth.
 
 Every public name of those modules is importable from this package.
 """
@@ -27,6 +33,7 @@ _WHERE = {
     "PropertyObservations": "classifier",
     "TextAttackResult": "text",
     "TextPropertyTask": "text",
+    "analyse_run": "scoring",
     "apply_head_step": "gradients",
     "dataset_score": "classifier",
     "derive_averaging_aggregate": "gradients",
@@ -37,10 +44,12 @@ _WHERE = {
     "gradient_features": "classifier",
     "last_linear": "gradients",
     "load_observations": "classifier",
+    "load_truth": "scoring",
     "local_update": "gradients",
     "multitask_gradient": "gradients",
     "run_text_property_attack": "text",
     "score_series": "classifier",
+    "simulate_property": "simulation",
     "single_batch_auc": "classifier",
     "summed_batch_gradient": "gradients",
 }

@@ -209,6 +209,182 @@ def _draw(
     return np.concatenate(parts)
 
 
+_EMBEDDING = "embedding.weight"
+
+
+@dataclass(frozen=True)
+class _Parties:
+    """Every party's records; the target's and adversary's by property."""
+
+    parts: list[np.ndarray]
+    target_with: np.ndarray
+    target_without: np.ndarray
+    adv_with: np.ndarray
+    adv_without: np.ndarray
+
+
+def _split_parties(
+    task: TextPropertyTask, prop: int, participants: int, rng: np.random.Generator
+) -> _Parties:
+    """Split the records evenly; only target (0) and adversary (1) keep the category.
+
+    Raises
+    ------
+    DataError
+        If the target or the adversary gets fewer than two of its records.
+    """
+    order = rng.permutation(task.x_train.shape[0])
+    parts = np.array_split(order, participants)
+    is_prop = task.c_train == prop
+    parts = [p if i < 2 else p[~is_prop[p]] for i, p in enumerate(parts)]
+    parties = _Parties(
+        parts=parts,
+        target_with=parts[0][is_prop[parts[0]]],
+        target_without=parts[0][~is_prop[parts[0]]],
+        adv_with=parts[1][is_prop[parts[1]]],
+        adv_without=parts[1][~is_prop[parts[1]]],
+    )
+    if min(parties.target_with.size, parties.adv_with.size) < 2:
+        raise DataError(
+            f"category {task.categories[prop]!r} has too few records to split "
+            "between the target and the adversary"
+        )
+    return parties
+
+
+def _auxiliary_pair(
+    model: torch.nn.Module,
+    task: TextPropertyTask,
+    parties: _Parties,
+    rng: np.random.Generator,
+    batch_size: int,
+    batch_fraction: float,
+    embedding: np.ndarray,
+) -> list[tuple[int, np.ndarray]]:
+    """Alg. 7 lines 6-9 at the current model: one labelled pair of features.
+
+    The others' aggregate is emulated with ``participants - 1`` batches of
+    the adversary's records, one with the property (label 1) or none (0).
+    """
+    shared = [
+        _draw(rng, parties.adv_with, parties.adv_without, batch_size, 0.0)
+        for _ in range(len(parties.parts) - 2)
+    ]
+    pair = []
+    for label, fraction in ((1, batch_fraction), (0, 0.0)):
+        ids = np.concatenate(
+            [
+                _draw(rng, parties.adv_with, parties.adv_without, batch_size, fraction),
+                *shared,
+            ]
+        )
+        x_aux = task.x_train[ids]
+        g = np.zeros_like(embedding, dtype=np.float64)
+        for start in range(0, ids.size, batch_size):
+            part = slice(start, start + batch_size)
+            g += _gradient(model, x_aux[part], task.y_train[ids][part])[_EMBEDDING]
+        pair.append((label, gradient_features({_EMBEDDING: g}, "bow")))
+    return pair
+
+
+def _server_step(
+    model: torch.nn.Module, uploads: list[dict[str, np.ndarray]], learning_rate: float
+) -> None:
+    """``theta -= lr * sum_k g_k`` in place: the sum in float64, the step in float32.
+
+    This experiment's recorded figures were made with this arithmetic (the
+    step rounded to float32 before it is subtracted), not with
+    :func:`fedleak.federated.sgd_step` (subtraction in float64), so it keeps
+    its own two lines.
+    """
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            total = np.sum([u[n] for u in uploads], axis=0)
+            step = np.asarray(learning_rate * total, dtype=np.float32)
+            p.sub_(torch.from_numpy(step))
+
+
+def _play_round(
+    model: torch.nn.Module,
+    task: TextPropertyTask,
+    parties: _Parties,
+    rng: np.random.Generator,
+    *,
+    batch_size: int,
+    target_fraction: float,
+    aux_fraction: float,
+    learning_rate: float,
+) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """One synchronized-SGD round with the passive adversary observing.
+
+    Every party uploads the gradient of one batch (the target's has the
+    property in ``target_fraction``), the adversary computes its labelled
+    auxiliary pair at the current model, the server steps, and the adversary
+    derives the others' summed gradient from the two models (Ch. 7.1.2).
+    Returns the pair and the features of that observation.
+    """
+    before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    batch = _draw(
+        rng, parties.target_with, parties.target_without, batch_size, target_fraction
+    )
+    uploads = [_gradient(model, task.x_train[batch], task.y_train[batch])]
+    own_batch = rng.choice(parties.parts[1], size=batch_size, replace=False)
+    own = _gradient(model, task.x_train[own_batch], task.y_train[own_batch])
+    uploads.append(own)
+    for honest in parties.parts[2:]:
+        b = rng.choice(honest, size=batch_size, replace=False)
+        uploads.append(_gradient(model, task.x_train[b], task.y_train[b]))
+    pair = _auxiliary_pair(
+        model, task, parties, rng, batch_size, aux_fraction, before[_EMBEDDING]
+    )
+    _server_step(model, uploads, learning_rate)
+    after = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    others = derive_sgd_aggregate(
+        {_EMBEDDING: before[_EMBEDDING]},
+        {_EMBEDDING: after[_EMBEDDING]},
+        {_EMBEDDING: own[_EMBEDDING]},
+        learning_rate,
+    )
+    return pair, gradient_features(others, "bow")
+
+
+def _run_rounds(
+    model: torch.nn.Module,
+    task: TextPropertyTask,
+    parties: _Parties,
+    rng: np.random.Generator,
+    *,
+    rounds: int,
+    property_every: int,
+    batch_size: int,
+    batch_fraction: float,
+    learning_rate: float,
+) -> tuple[list[np.ndarray], list[int], list[np.ndarray], list[int]]:
+    """Play ``rounds`` rounds: auxiliary features and labels, observations, truth."""
+    observed: list[np.ndarray] = []
+    truth: list[int] = []
+    aux: list[np.ndarray] = []
+    labels: list[int] = []
+    for server_round in range(1, rounds + 1):
+        has = server_round % property_every == 0
+        pair, seen = _play_round(
+            model,
+            task,
+            parties,
+            rng,
+            batch_size=batch_size,
+            target_fraction=batch_fraction if has else 0.0,
+            aux_fraction=batch_fraction,
+            learning_rate=learning_rate,
+        )
+        for label, features in pair:
+            aux.append(features)
+            labels.append(label)
+        observed.append(seen)
+        truth.append(int(has))
+    return aux, labels, observed, truth
+
+
 def run_text_property_attack(
     task: TextPropertyTask,
     property_category: str,
@@ -267,20 +443,7 @@ def run_text_property_attack(
     prop = task.category(property_category)
     rng = np.random.default_rng([seed, 0x7E47])
     torch.manual_seed(seed)
-    order = rng.permutation(task.x_train.shape[0])
-    parts = np.array_split(order, participants)
-    is_prop = task.c_train == prop
-    # only the target (0) and the adversary (1) keep records of the category
-    parts = [p if i < 2 else p[~is_prop[p]] for i, p in enumerate(parts)]
-    target_with = parts[0][is_prop[parts[0]]]
-    target_without = parts[0][~is_prop[parts[0]]]
-    adv_with = parts[1][is_prop[parts[1]]]
-    adv_without = parts[1][~is_prop[parts[1]]]
-    if min(target_with.size, adv_with.size) < 2:
-        raise DataError(
-            f"category {property_category!r} has too few records to split between "
-            "the target and the adversary"
-        )
+    parties = _split_parties(task, prop, participants, rng)
     model = build_text_model(
         model_name,
         len(task.words),
@@ -288,65 +451,31 @@ def run_text_property_attack(
         seed=seed,
         embedding_dim=embedding_dim,
     )
-    emb = "embedding.weight"
-    observed: list[np.ndarray] = []
-    truth: list[int] = []
-    aux: list[np.ndarray] = []
-    labels: list[int] = []
-    for server_round in range(1, rounds + 1):
-        before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
-        has = server_round % property_every == 0
-        batch = _draw(
-            rng, target_with, target_without, batch_size, batch_fraction if has else 0.0
-        )
-        uploads = [_gradient(model, task.x_train[batch], task.y_train[batch])]
-        own_batch = rng.choice(parts[1], size=batch_size, replace=False)
-        own = _gradient(model, task.x_train[own_batch], task.y_train[own_batch])
-        uploads.append(own)
-        for honest in parts[2:]:
-            b = rng.choice(honest, size=batch_size, replace=False)
-            uploads.append(_gradient(model, task.x_train[b], task.y_train[b]))
-        # Alg. 7 lines 6-9 at the current model: the others' aggregate
-        # emulated with participants - 1 batches, one with the property or none
-        shared = [
-            _draw(rng, adv_with, adv_without, batch_size, 0.0)
-            for _ in range(participants - 2)
-        ]
-        for label, fraction in ((1, batch_fraction), (0, 0.0)):
-            ids = np.concatenate(
-                [_draw(rng, adv_with, adv_without, batch_size, fraction), *shared]
-            )
-            x_aux = task.x_train[ids]
-            g = np.zeros_like(before[emb], dtype=np.float64)
-            for start in range(0, ids.size, batch_size):
-                part = slice(start, start + batch_size)
-                g += _gradient(model, x_aux[part], task.y_train[ids][part])[emb]
-            aux.append(gradient_features({emb: g}, "bow"))
-            labels.append(label)
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                total = np.sum([u[n] for u in uploads], axis=0)
-                step = np.asarray(learning_rate * total, dtype=np.float32)
-                p.sub_(torch.from_numpy(step))
-        after = {n: p.detach().numpy() for n, p in model.named_parameters()}
-        others = derive_sgd_aggregate(
-            {emb: before[emb]}, {emb: after[emb]}, {emb: own[emb]}, learning_rate
-        )
-        observed.append(gradient_features(others, "bow"))
-        truth.append(int(has))
-    clf = BatchPropertyClassifier(kind="logistic", random_state=seed).fit(
-        np.stack(aux), np.asarray(labels)
+    aux, labels, observed, truth = _run_rounds(
+        model,
+        task,
+        parties,
+        rng,
+        rounds=rounds,
+        property_every=property_every,
+        batch_size=batch_size,
+        batch_fraction=batch_fraction,
+        learning_rate=learning_rate,
     )
-    scores = clf.property_scores(np.stack(observed))
-    auc = single_batch_auc(np.asarray(truth), scores)
+    clf = BatchPropertyClassifier(kind="logistic", random_state=seed)
+    scores = clf.fit(np.stack(aux), np.asarray(labels)).property_scores(
+        np.stack(observed)
+    )
     top = tuple(task.words[i] for i in clf.top_features(top_k))
     with torch.no_grad():
         logits = model(torch.from_numpy(task.x_test))
         accuracy = float((logits.argmax(1).numpy() == task.y_test).mean())
-    correlation = float(np.corrcoef(task.y_train, is_prop.astype(float))[0, 1])
+    correlation = float(
+        np.corrcoef(task.y_train, (task.c_train == prop).astype(float))[0, 1]
+    )
     return TextAttackResult(
         property_category=property_category,
-        auc=auc,
+        auc=single_batch_auc(np.asarray(truth), scores),
         top_words=top,
         correlation=correlation,
         test_accuracy=accuracy,

@@ -64,9 +64,9 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from numpy.typing import NDArray
 from rich.table import Table
 
+from fedleak.data.audit_tasks import AUDIT_DATASETS, load_audit_task
 from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_atomic
 
@@ -74,96 +74,9 @@ from .console import fmt, say, written
 from .console import out as console
 from .record import BenchRecord
 
-__all__ = ["AUDIT_DATASETS", "AuditTask", "load_audit_task", "run_audit_bench"]
+__all__ = ["run_audit_bench"]
 
-AUDIT_DATASETS: tuple[str, ...] = ("digits", "breast-cancer", "fashion-mnist")
 DEFAULT_RHO_BETAS: tuple[float, ...] = (0.52, 0.75, 0.9, 0.99)
-
-
-@dataclass(frozen=True)
-class AuditTask:
-    """One dataset prepared for the audit.
-
-    Attributes
-    ----------
-    name : str
-        Dataset name.
-    x, y : numpy.ndarray
-        The training set ``D``.
-    pool_x, pool_y : numpy.ndarray
-        Records outside ``D`` (bounded replacements).
-    hidden : tuple of int
-        Hidden widths of the audited MLP (empty: a linear model).
-    num_classes : int
-        Output classes.
-    measure : str
-        Dissimilarity used for dataset sensitivity.
-    image_shape : tuple of int or None
-        For SSIM.
-    """
-
-    name: str
-    x: NDArray[np.float32]
-    y: NDArray[np.int64]
-    pool_x: NDArray[np.float32]
-    pool_y: NDArray[np.int64]
-    hidden: tuple[int, ...]
-    num_classes: int
-    measure: str
-    image_shape: tuple[int, int] | None
-
-
-def load_audit_task(name: str, train_size: int, pool_size: int, seed: int) -> AuditTask:
-    """Load ``name`` and draw ``D`` (``train_size``) and a replacement pool."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA0D17]))
-    shape: tuple[int, int] | None
-    if name == "digits":
-        from sklearn.datasets import load_digits
-
-        data_x, data_y = load_digits(return_X_y=True)
-        x_all = (data_x / 16.0).astype(np.float32)
-        hidden: tuple[int, ...] = ()
-        measure, shape = "ssim", (8, 8)
-    elif name == "breast-cancer":
-        from sklearn.datasets import load_breast_cancer
-
-        data_x, data_y = load_breast_cancer(return_X_y=True)
-        x_all = ((data_x - data_x.mean(0)) / data_x.std(0)).astype(np.float32)
-        hidden, measure, shape = (6, 6), "manhattan", None
-    elif name == "fashion-mnist":
-        import torch
-
-        from fedleak.data import load_dataset
-
-        ds = load_dataset("fashion-mnist")
-        take = rng.choice(ds.num_train, train_size + pool_size, replace=False)
-        pooled = torch.nn.functional.avg_pool2d(torch.as_tensor(ds.x_train[take]), 2)
-        x_all = pooled.reshape(len(take), -1).numpy().astype(np.float32)
-        data_y = ds.y_train[take]
-        hidden, measure, shape = (), "ssim", (14, 14)
-    else:
-        raise ConfigError(
-            f"unknown audit dataset {name!r}; choose from {list(AUDIT_DATASETS)}"
-        )
-    y_all = np.asarray(data_y, dtype=np.int64)
-    if train_size + pool_size > len(x_all):
-        raise ConfigError(
-            f"{name} has {len(x_all)} records; train_size + pool_size = "
-            f"{train_size + pool_size} is too many"
-        )
-    perm = rng.permutation(len(x_all))
-    d_idx, pool_idx = perm[:train_size], perm[train_size : train_size + pool_size]
-    return AuditTask(
-        name=name,
-        x=x_all[d_idx],
-        y=y_all[d_idx],
-        pool_x=x_all[pool_idx],
-        pool_y=y_all[pool_idx],
-        hidden=hidden,
-        num_classes=int(y_all.max()) + 1,
-        measure=measure,
-        image_shape=shape,
-    )
 
 
 def _factory(
@@ -195,86 +108,83 @@ def _factory(
     return build
 
 
-def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _advantage_panel(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """One dataset and neighbour type: DI and MI advantage vs rho_beta."""
     from fedleak.privacy.identifiability import composed_gaussian_advantage
 
+    for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
+        sel = [r for r in rows if r["sensitivity"] == sens]
+        if not sel:
+            continue
+        xs = [r["rho_beta"] for r in sel]
+        err = np.array(
+            [
+                [
+                    r["advantage"] - r["advantage_ci"][0],
+                    r["advantage_ci"][1] - r["advantage"],
+                ]
+                for r in sel
+            ]
+        ).T
+        ax.errorbar(
+            xs,
+            [r["advantage"] for r in sel],
+            yerr=err,
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"DI, {sens} sensitivity",
+        )
+        ax.plot(
+            xs,
+            [r["mi_advantage"] for r in sel],
+            "x",
+            color=color,
+            alpha=0.6,
+            label=f"loss MI, {sens}",
+        )
+    if rows:
+        grid = sorted({r["rho_beta"] for r in rows})
+        ref = {r["rho_beta"]: r for r in rows}
+        ax.plot(
+            grid,
+            [
+                composed_gaussian_advantage(ref[g]["noise_multiplier"], ref[g]["steps"])
+                for g in grid
+            ],
+            "--",
+            color="tab:green",
+            label="analytic rho_alpha",
+        )
+
+
+def _plot_advantage(rows: list[dict[str, Any]], out: Path) -> str:
+    import matplotlib.pyplot as plt
+
     datasets = sorted({r["dataset"] for r in rows})
-    kinds = [(True, "bounded"), (False, "unbounded")]
-    paths = []
     fig, axes = plt.subplots(
         len(datasets), 2, figsize=(10, 3.2 * len(datasets)), squeeze=False
     )
     for i, name in enumerate(datasets):
-        for j, (bounded, label) in enumerate(kinds):
+        for j, (bounded, label) in enumerate([(True, "bounded"), (False, "unbounded")]):
             ax = axes[i][j]
-            for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
-                sel = [
-                    r
-                    for r in rows
-                    if r["dataset"] == name
-                    and r["bounded"] == bounded
-                    and r["sensitivity"] == sens
-                ]
-                if not sel:
-                    continue
-                xs = [r["rho_beta"] for r in sel]
-                ys = [r["advantage"] for r in sel]
-                err = np.array(
-                    [
-                        [
-                            r["advantage"] - r["advantage_ci"][0],
-                            r["advantage_ci"][1] - r["advantage"],
-                        ]
-                        for r in sel
-                    ]
-                ).T
-                ax.errorbar(
-                    xs,
-                    ys,
-                    yerr=err,
-                    fmt="o",
-                    color=color,
-                    capsize=3,
-                    label=f"DI, {sens} sensitivity",
-                )
-                ax.plot(
-                    xs,
-                    [r["mi_advantage"] for r in sel],
-                    "x",
-                    color=color,
-                    alpha=0.6,
-                    label=f"loss MI, {sens}",
-                )
-            sel = [r for r in rows if r["dataset"] == name and r["bounded"] == bounded]
-            if sel:
-                grid = sorted({r["rho_beta"] for r in sel})
-                ref = {r["rho_beta"]: r for r in sel}
-                ax.plot(
-                    grid,
-                    [
-                        composed_gaussian_advantage(
-                            ref[g]["noise_multiplier"], ref[g]["steps"]
-                        )
-                        for g in grid
-                    ],
-                    "--",
-                    color="tab:green",
-                    label="analytic rho_alpha",
-                )
+            _advantage_panel(
+                ax,
+                [r for r in rows if r["dataset"] == name and r["bounded"] == bounded],
+            )
             ax.set(title=f"{name}, {label}", xlabel="rho_beta", ylabel="advantage")
             ax.grid(alpha=0.3)
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
     fig.tight_layout()
-    adv_path = out.with_name(f"{out.stem}-advantage.png")
-    write_atomic(adv_path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    path = out.with_name(f"{out.stem}-advantage.png")
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
-    paths.append(str(adv_path))
+    return str(path)
+
+
+def _plot_epsilon(rows: list[dict[str, Any]], out: Path) -> str:
+    import matplotlib.pyplot as plt
 
     ways = [
         ("epsilon_from_sensitivity", "from sensitivity"),
@@ -306,11 +216,190 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    eps_path = out.with_name(f"{out.stem}-epsilon.png")
-    write_atomic(eps_path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    path = out.with_name(f"{out.stem}-epsilon.png")
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
-    paths.append(str(eps_path))
-    return paths
+    return str(path)
+
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return [_plot_advantage(rows, out), _plot_epsilon(rows, out)]
+
+
+@dataclass(frozen=True)
+class _AuditPlan:
+    """The sizes and DP-SGD settings of one audit bench run."""
+
+    rho_betas: tuple[float, ...]
+    repetitions: int
+    steps: int
+    train_size: int
+    delta: float
+    lr: float
+    max_grad_norm: float
+    seed: int
+
+
+def _datasets(datasets: Sequence[str] | None, quick: bool) -> list[str]:
+    """Return the datasets to audit: as given, else digits, breast cancer, FMNIST."""
+    from fedleak.data import find_data_dir
+
+    if datasets is None:
+        names = ["digits", "breast-cancer"]
+        if not quick:
+            try:
+                find_data_dir("fashion-mnist")
+                names.append("fashion-mnist")
+            except DataError:
+                pass
+    else:
+        names = list(datasets)
+    unknown = [n for n in names if n not in AUDIT_DATASETS]
+    if unknown:
+        raise ConfigError(
+            f"unknown datasets {unknown}; choose from {list(AUDIT_DATASETS)}"
+        )
+    return names
+
+
+def _audit_row(
+    name: str,
+    adversary: Any,
+    plan: Any,
+    audit: _AuditPlan,
+    run_seed: int,
+    neighbours: Any,
+    measure: str,
+) -> dict[str, Any]:
+    """Audit one configuration and return its JSON row."""
+    t0 = time.perf_counter()
+    report = adversary.audit(
+        audit.repetitions, seed=run_seed, epsilon=plan.epsilon, delta=audit.delta
+    )
+    wall = time.perf_counter() - t0
+    row = {"dataset": name, **report.as_dict()}
+    row.update(
+        {
+            "rho_alpha_theorem2": plan.rho_alpha,
+            "advantage_within_ci": report.advantage_consistent,
+            "violations_allowed": audit.delta,
+            "violations_ok": report.belief_violation_ci[0] <= audit.delta,
+            "di_over_mi_advantage": (
+                report.advantage / report.mi_advantage
+                if report.mi_advantage > 0
+                else None
+            ),
+            "differing_record": neighbours.index,
+            "dissimilarity": measure,
+            "wall_s": wall,
+        }
+    )
+    return row
+
+
+def _describe_row(row: dict[str, Any]) -> str:
+    return (
+        f"{row['dataset']} {'bounded' if row['bounded'] else 'unbounded'} "
+        f"{row['sensitivity']} rho_beta={row['rho_beta']}: adv "
+        f"{row['advantage']:.3f} [{row['advantage_ci'][0]:.3f}, "
+        f"{row['advantage_ci'][1]:.3f}] vs rho_alpha {row['rho_alpha']:.3f}, "
+        f"violations {row['belief_violation_rate']:.3f}, {row['wall_s']:.1f}s"
+    )
+
+
+def _audit_dataset(
+    i: int,
+    name: str,
+    audit: _AuditPlan,
+    plans: dict[float, Any],
+    on_row: Callable[[dict[str, Any]], None],
+) -> None:
+    """Audit every neighbour type, sensitivity and rho_beta of dataset ``i``."""
+    from fedleak.attacks.audit.adversary import DIAdversary
+    from fedleak.attacks.audit.neighbours import most_dissimilar_neighbours
+
+    size = audit.train_size
+    task = load_audit_task(name, size, min(200, 4 * size), audit.seed)
+    factory = _factory(task.x.shape[1], task.hidden, task.num_classes)
+    # Repetitions per batch: about 20M per-example gradient entries.
+    num_params = sum(p.numel() for p in factory(0).parameters())
+    chunk = max(8, min(256, 20_000_000 // ((size + 1) * num_params)))
+    for bounded in (False, True):
+        nb = most_dissimilar_neighbours(
+            task.x,
+            task.y,
+            bounded=bounded,
+            measure=task.measure,
+            candidates_x=task.pool_x if bounded else None,
+            candidates_y=task.pool_y if bounded else None,
+            image_shape=task.image_shape,
+        )
+        for sensitivity in ("local", "global"):
+            for j, rb in enumerate(audit.rho_betas):
+                plan = plans[rb]
+                # Independent runs per (dataset, rho_beta); local and global
+                # share theirs (a paired comparison).
+                run_seed = int(
+                    np.random.SeedSequence([audit.seed, i, j]).generate_state(1)[0]
+                )
+                adversary = DIAdversary(
+                    factory,
+                    nb,
+                    steps=audit.steps,
+                    lr=audit.lr,
+                    max_grad_norm=audit.max_grad_norm,
+                    noise_multiplier=plan.noise_multiplier,
+                    sensitivity=sensitivity,
+                    chunk_size=chunk,
+                )
+                row = _audit_row(
+                    name, adversary, plan, audit, run_seed, nb, task.measure
+                )
+                row["rho_beta"] = rb
+                on_row(row)
+
+
+def _parameters(
+    audit: _AuditPlan, quick: bool, names: list[str], plans: dict[float, Any]
+) -> dict[str, Any]:
+    return {
+        "quick": quick,
+        "datasets": names,
+        "rho_betas": list(audit.rho_betas),
+        "repetitions": audit.repetitions,
+        "steps": audit.steps,
+        "train_size": audit.train_size,
+        "delta": audit.delta,
+        "lr": audit.lr,
+        "max_grad_norm": audit.max_grad_norm,
+        "noise_multipliers": {str(rb): p.noise_multiplier for rb, p in plans.items()},
+    }
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    local = [r for r in rows if r["sensitivity"] == "local"]
+    glob = [r for r in rows if r["sensitivity"] == "global"]
+    ratios = [
+        r["di_over_mi_advantage"] for r in rows if r["di_over_mi_advantage"] is not None
+    ]
+    return {
+        "local_within_ci": (
+            f"{sum(r['advantage_within_ci'] for r in local)}/{len(local)}"
+        ),
+        "median_abs_gap_local": statistics.median(
+            abs(r["advantage"] - r["rho_alpha"]) for r in local
+        ),
+        "median_abs_gap_global": statistics.median(
+            abs(r["advantage"] - r["rho_alpha"]) for r in glob
+        ),
+        "violations_ok": f"{sum(r['violations_ok'] for r in rows)}/{len(rows)}",
+        "max_violation_rate": max(r["belief_violation_rate"] for r in rows),
+        "median_di_over_mi": statistics.median(ratios) if ratios else None,
+        "median_wall_s": statistics.median(r["wall_s"] for r in rows),
+    }
 
 
 def run_audit_bench(
@@ -339,7 +428,7 @@ def run_audit_bench(
         ``|D| = 30``. Otherwise 1,000 repetitions, 30 steps, ``|D| = 100``
         and Fashion-MNIST too when installed.
     datasets : sequence of str, optional
-        Subset of :data:`AUDIT_DATASETS`.
+        Subset of :data:`fedleak.data.AUDIT_DATASETS`.
     rho_betas : sequence of float
         Target posterior-belief bounds.
     repetitions, steps, train_size : int, optional
@@ -360,57 +449,34 @@ def run_audit_bench(
     """
     import torch
 
-    from fedleak.attacks.audit.adversary import DIAdversary
-    from fedleak.attacks.audit.neighbours import most_dissimilar_neighbours
-    from fedleak.data import find_data_dir
     from fedleak.privacy.identifiability import plan_dp_sgd
 
     out = Path(out)
     if not out.parent.exists():
         raise ConfigError(f"the folder of --out does not exist: {out.parent}")
-    reps = repetitions or (60 if quick else 1000)
-    n_steps = steps or (5 if quick else 30)
-    size = train_size or (30 if quick else 100)
-    if reps < 10 or n_steps < 1 or size < 4:
+    audit = _AuditPlan(
+        rho_betas=tuple(rho_betas),
+        repetitions=repetitions or (60 if quick else 1000),
+        steps=steps or (5 if quick else 30),
+        train_size=train_size or (30 if quick else 100),
+        delta=delta,
+        lr=lr,
+        max_grad_norm=max_grad_norm,
+        seed=seed,
+    )
+    if audit.repetitions < 10 or audit.steps < 1 or audit.train_size < 4:
         raise ConfigError("need repetitions >= 10, steps >= 1 and train_size >= 4")
     if not rho_betas or any(not 0.5 < r < 1 for r in rho_betas):
         raise ConfigError(f"rho_betas must lie in (0.5, 1); got {list(rho_betas)}")
-    if datasets is None:
-        names = ["digits", "breast-cancer"]
-        if not quick:
-            try:
-                find_data_dir("fashion-mnist")
-                names.append("fashion-mnist")
-            except DataError:
-                pass
-    else:
-        names = list(datasets)
-    unknown = [n for n in names if n not in AUDIT_DATASETS]
-    if unknown:
-        raise ConfigError(
-            f"unknown datasets {unknown}; choose from {list(AUDIT_DATASETS)}"
-        )
+    names = _datasets(datasets, quick)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     started = time.perf_counter()
-    plans = {rb: plan_dp_sgd(rb, delta, steps=n_steps) for rb in rho_betas}
+    plans = {rb: plan_dp_sgd(rb, delta, steps=audit.steps) for rb in rho_betas}
     rows: list[dict[str, Any]] = []
     report_doc = BenchRecord("audit", out)
     report_doc.update(
         {
-            "parameters": {
-                "quick": quick,
-                "datasets": names,
-                "rho_betas": list(rho_betas),
-                "repetitions": reps,
-                "steps": n_steps,
-                "train_size": size,
-                "delta": delta,
-                "lr": lr,
-                "max_grad_norm": max_grad_norm,
-                "noise_multipliers": {
-                    str(rb): p.noise_multiplier for rb, p in plans.items()
-                },
-            },
+            "parameters": _parameters(audit, quick, names, plans),
             "seed": seed,
             "rows": rows,
             "summary": {},
@@ -419,97 +485,18 @@ def run_audit_bench(
             "wall_s": 0.0,
         }
     )
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        # Keep what was computed if the run is interrupted later.
+        report_doc["wall_s"] = time.perf_counter() - started
+        report_doc.write()
+        if progress is not None:
+            progress(_describe_row(row))
+
     for i, name in enumerate(names):
-        task = load_audit_task(name, size, min(200, 4 * size), seed)
-        factory = _factory(task.x.shape[1], task.hidden, task.num_classes)
-        # Repetitions per batch: about 20M per-example gradient entries.
-        num_params = sum(p.numel() for p in factory(0).parameters())
-        chunk = max(8, min(256, 20_000_000 // ((size + 1) * num_params)))
-        for bounded in (False, True):
-            nb = most_dissimilar_neighbours(
-                task.x,
-                task.y,
-                bounded=bounded,
-                measure=task.measure,
-                candidates_x=task.pool_x if bounded else None,
-                candidates_y=task.pool_y if bounded else None,
-                image_shape=task.image_shape,
-            )
-            for sensitivity in ("local", "global"):
-                for j, rb in enumerate(rho_betas):
-                    plan = plans[rb]
-                    # Independent runs per (dataset, rho_beta); local and global
-                    # share theirs (a paired comparison).
-                    run_seed = int(
-                        np.random.SeedSequence([seed, i, j]).generate_state(1)[0]
-                    )
-                    t0 = time.perf_counter()
-                    adversary = DIAdversary(
-                        factory,
-                        nb,
-                        steps=n_steps,
-                        lr=lr,
-                        max_grad_norm=max_grad_norm,
-                        noise_multiplier=plan.noise_multiplier,
-                        sensitivity=sensitivity,
-                        chunk_size=chunk,
-                    )
-                    report = adversary.audit(
-                        reps, seed=run_seed, epsilon=plan.epsilon, delta=delta
-                    )
-                    wall = time.perf_counter() - t0
-                    row = {"dataset": name, **report.as_dict()}
-                    row.update(
-                        {
-                            "rho_alpha_theorem2": plan.rho_alpha,
-                            "advantage_within_ci": report.advantage_consistent,
-                            "violations_allowed": delta,
-                            "violations_ok": report.belief_violation_ci[0] <= delta,
-                            "di_over_mi_advantage": (
-                                report.advantage / report.mi_advantage
-                                if report.mi_advantage > 0
-                                else None
-                            ),
-                            "differing_record": nb.index,
-                            "dissimilarity": task.measure,
-                            "wall_s": wall,
-                        }
-                    )
-                    row["rho_beta"] = rb
-                    rows.append(row)
-                    # Keep what was computed if the run is interrupted later.
-                    report_doc["wall_s"] = time.perf_counter() - started
-                    report_doc.write()
-                    if progress is not None:
-                        progress(
-                            f"{name} {'bounded' if bounded else 'unbounded'} "
-                            f"{sensitivity} rho_beta={rb}: adv {report.advantage:.3f} "
-                            f"[{report.advantage_ci[0]:.3f}, "
-                            f"{report.advantage_ci[1]:.3f}] vs rho_alpha "
-                            f"{report.rho_alpha:.3f}, violations "
-                            f"{report.belief_violation_rate:.3f}, {wall:.1f}s"
-                        )
-    local = [r for r in rows if r["sensitivity"] == "local"]
-    glob = [r for r in rows if r["sensitivity"] == "global"]
-    ratios = [
-        r["di_over_mi_advantage"] for r in rows if r["di_over_mi_advantage"] is not None
-    ]
-    summary = {
-        "local_within_ci": (
-            f"{sum(r['advantage_within_ci'] for r in local)}/{len(local)}"
-        ),
-        "median_abs_gap_local": statistics.median(
-            abs(r["advantage"] - r["rho_alpha"]) for r in local
-        ),
-        "median_abs_gap_global": statistics.median(
-            abs(r["advantage"] - r["rho_alpha"]) for r in glob
-        ),
-        "violations_ok": f"{sum(r['violations_ok'] for r in rows)}/{len(rows)}",
-        "max_violation_rate": max(r["belief_violation_rate"] for r in rows),
-        "median_di_over_mi": statistics.median(ratios) if ratios else None,
-        "median_wall_s": statistics.median(r["wall_s"] for r in rows),
-    }
-    report_doc["summary"] = summary
+        _audit_dataset(i, name, audit, plans, keep)
+    report_doc["summary"] = _summary(rows)
     report_doc["complete"] = True
     report_doc["plots"] = _plot(rows, out)
     report_doc["wall_s"] = time.perf_counter() - started

@@ -68,28 +68,20 @@ import torch
 import typer
 from rich.table import Table
 
-from fedleak.attacks.membership.embedding import contribution_scale
-from fedleak.attacks.property.classifier import (
-    BatchPropertyClassifier,
-    gradient_features,
-    single_batch_auc,
+from fedleak.attacks.membership.simulation import (
+    MembershipSetup,
+    SimulationOutcome,
+    simulate_membership,
 )
-from fedleak.clients.defenses import EMBEDDING_KEY, ClientDefenses
+from fedleak.attacks.property.simulation import simulate_property
 from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
 from fedleak.data.text import TextDataset
+from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError
 from fedleak.files import write_atomic
-from fedleak.training import batch_gradient, set_arrays
 
 from .console import fmt, say, written
 from .console import out as console
-from .membership import (
-    MembershipSetup,
-    SimulationOutcome,
-    inputs_and_model,
-    server_step,
-    simulate_membership,
-)
 from .record import BenchRecord
 
 __all__ = [
@@ -97,7 +89,6 @@ __all__ = [
     "HOME_FRACTION",
     "TABLES",
     "run_defenses_bench",
-    "simulate_property",
 ]
 
 ProgressFn = Callable[[str], None]
@@ -134,106 +125,6 @@ THESIS: dict[str, list[list[float]]] = {
         [0.9, 0.99, 0.84],
     ],
 }
-
-
-def simulate_property(
-    data: TextDataset,
-    has_property: np.ndarray,
-    setup: MembershipSetup,
-    *,
-    rounds: int,
-    seed: int,
-    aux_batches: int = 1,
-) -> float:
-    """Single-batch property inference AUC in two-party synchronized SGD.
-
-    Parameters
-    ----------
-    data : TextDataset
-        Training records (split evenly between target and adversary).
-    has_property : numpy.ndarray of bool
-        Property of every training record.
-    setup : MembershipSetup
-        Model, batch size, server step and the target's defenses.
-    rounds : int
-        Rounds (even rounds: property batches of the target).
-    seed : int
-        Seeds the split, model, batches and noise.
-    aux_batches : int, default=1
-        Auxiliary batches of each kind the adversary differentiates per
-        round (Alg. 7, lines 6-9): the training set of ``f_prop`` has
-        ``2 * aux_batches * rounds`` examples.
-
-    Returns
-    -------
-    float
-        ROC AUC of the adversary's scores of the target's observed updates.
-    """
-    if aux_batches < 1:
-        raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
-    if has_property.shape != (data.x_train.shape[0],):
-        raise ConfigError("has_property needs one flag per training record")
-    split, batches, noise, model_seed = np.random.SeedSequence([seed, 0x9909]).spawn(4)
-    order = np.random.default_rng(split).permutation(has_property.size)
-    half = order.size // 2
-    pools = {}
-    for role, idx in (("target", order[:half]), ("adversary", order[half:])):
-        pools[role, True] = idx[has_property[idx]]
-        pools[role, False] = idx[~has_property[idx]]
-    size = setup.batch_size
-    if min(p.size for p in pools.values()) < size:
-        raise ConfigError(
-            f"batch size {size} exceeds a property pool "
-            f"({ {k: v.size for k, v in pools.items()} })"
-        )
-    rng = np.random.default_rng(batches)
-    noise_rng = np.random.default_rng(noise)
-    defenses = setup.defenses
-    x_all, y_all, model, params = inputs_and_model(data, setup, model_seed)
-    aux_x: list[np.ndarray] = []
-    aux_y: list[int] = []
-    observed: list[np.ndarray] = []
-    truth: list[int] = []
-
-    def pick(role: str, prop: bool) -> torch.Tensor:
-        pool = pools[role, prop]
-        return torch.from_numpy(np.sort(rng.choice(pool, size, replace=False)))
-
-    def features(update: dict[str, np.ndarray]) -> np.ndarray:
-        out: np.ndarray = gradient_features(update, "bow", layers=[EMBEDDING_KEY])
-        return out
-
-    for t in range(rounds):
-        set_arrays(model, params)
-        prop = t % 2 == 0
-        tb = pick("target", prop)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(noise_rng.integers(2**62)))
-            g_target = defenses.gradient(
-                model, x_all[tb], y_all[tb], seed=int(noise_rng.integers(2**62))
-            )
-            ab = pick("adversary", bool(rng.integers(2)))
-            g_adv, _, _ = batch_gradient(model, x_all[ab], y_all[ab])
-            for aux_prop in (True, False):
-                for _ in range(aux_batches):
-                    aux = pick("adversary", aux_prop)
-                    g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
-                    aux_x.append(features(g_aux))
-                    aux_y.append(int(aux_prop))
-        updates = [g_target, g_adv]
-        new = server_step(params, updates, setup, noise_rng)
-        delta = {k: new[k].astype(np.float64) - params[k] for k in params}
-        scale = contribution_scale(delta[EMBEDDING_KEY], g_adv[EMBEDDING_KEY])
-        others = {
-            k: delta[k] - scale * g_adv[k] if k in g_adv else delta[k] for k in delta
-        }
-        observed.append(features({k: others[k] / -setup.learning_rate for k in others}))
-        truth.append(int(prop))
-        params = new
-    classifier = BatchPropertyClassifier(kind="logistic", random_state=seed)
-    classifier.fit(np.stack(aux_x), np.asarray(aux_y))
-    scores = classifier.predict_proba(np.stack(observed))[:, 1]
-    return float(single_batch_auc(np.asarray(truth), scores))
 
 
 def _dataset(quick: bool, seed: int) -> tuple[TextDataset, np.ndarray]:

@@ -528,6 +528,104 @@ def _mi_pools(
     return members, others, min(s.mi_set_size, members.shape[0])
 
 
+def _monte_carlo_targets(
+    s: GenerativeBenchSettings,
+    data: _Data,
+    vae: VAE,
+    gan: DCGANGenerator,
+    seed: int,
+) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Draw the samples the Monte Carlo attacks compare with: VAE and GAN."""
+    gen = torch.Generator().manual_seed(seed)
+    # Conditional VAE: sample labels like the members', compare within a class.
+    sample_labels = np.random.default_rng(seed).choice(data.member_labels, s.mc_samples)
+    vae_samples = (
+        vae.sample(s.mc_samples, y=sample_labels, generator=gen)
+        .numpy()
+        .reshape(-1, *data.image_shape)
+    )
+    gan_samples = _target_samples(gan, s.mc_samples, data.image_shape, seed)
+    return {
+        "vae": (vae_samples, sample_labels),
+        "gan": (gan_samples, None),
+    }
+
+
+def _monte_carlo_rows(
+    s: GenerativeBenchSettings,
+    d_in: np.ndarray,
+    d_out: np.ndarray,
+    features: Any,
+    pools: tuple[np.ndarray, np.ndarray, int],
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Single and set MI of every heuristic and variant on one distance matrix."""
+    members, others, m = pools
+    rows = []
+    heuristics: list[str | float] = ["median", *s.mc_percentiles]
+    for heuristic in heuristics:
+        for variant in ("epsilon", "distance"):
+            attack = MonteCarloAttack(
+                features,
+                variant="epsilon" if variant == "epsilon" else "distance",
+                heuristic="median" if heuristic == "median" else float(heuristic),
+            )
+            single, set_acc = mi_trials(
+                attack.trial_scorer(d_in, d_out),
+                members.shape[0],
+                others.shape[0],
+                set_size=m,
+                trials=s.mi_trials,
+                rng=np.random.default_rng(seed),
+            )
+            rows.append(
+                {
+                    "heuristic": heuristic
+                    if heuristic == "median"
+                    else f"{heuristic}%",
+                    "variant": "MC-eps" if variant == "epsilon" else "MC-d",
+                    "single_accuracy": single,
+                    "set_accuracy": set_acc,
+                }
+            )
+    return rows
+
+
+def _reconstruction(
+    s: GenerativeBenchSettings,
+    data: _Data,
+    vae: VAE,
+    pools: tuple[np.ndarray, np.ndarray, int],
+    seeds: dict[str, int],
+) -> dict[str, Any]:
+    """Run the reconstruction attack (seed 004 Ch. 4.4) in single and set MI."""
+    members, others, m = pools
+    started = time.perf_counter()
+    candidates = np.concatenate([members, others])
+    rec = reconstruction_scores(
+        vae,
+        data.pool[candidates],
+        data.labels[candidates],
+        num_samples=s.reconstruction_samples,
+        seed=seeds["reconstruction"],
+    )
+    rec_in, rec_out = rec[: members.shape[0]], rec[members.shape[0] :]
+    single, set_acc = mi_trials(
+        lambda i, j: (rec_in[i], rec_out[j]),
+        rec_in.shape[0],
+        rec_out.shape[0],
+        set_size=m,
+        trials=s.mi_trials,
+        rng=np.random.default_rng(seeds["mi_trials"]),
+    )
+    return {
+        "single_accuracy": single,
+        "set_accuracy": set_acc,
+        "num_samples": s.reconstruction_samples,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
 def _monte_carlo(
     s: GenerativeBenchSettings,
     data: _Data,
@@ -536,25 +634,8 @@ def _monte_carlo(
     seeds: dict[str, int],
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    members, others, m = _mi_pools(data, s, seeds["mi_pool"])
-    gen = torch.Generator().manual_seed(seeds["mc_samples"])
-    # Conditional VAE: sample labels like the members', compare within a class.
-    sample_labels = np.random.default_rng(seeds["mc_samples"]).choice(
-        data.member_labels, s.mc_samples
-    )
-    vae_samples = (
-        vae.sample(s.mc_samples, y=sample_labels, generator=gen)
-        .numpy()
-        .reshape(-1, *data.image_shape)
-    )
-    gan_samples = _target_samples(
-        gan, s.mc_samples, data.image_shape, seeds["mc_samples"]
-    )
-    targets = {
-        "vae": (vae_samples, sample_labels),
-        "gan": (gan_samples, None),
-    }
-    heuristics: list[str | float] = ["median", *s.mc_percentiles]
+    members, others, m = pools = _mi_pools(data, s, seeds["mi_pool"])
+    targets = _monte_carlo_targets(s, data, vae, gan, seeds["mc_samples"])
     rows: list[dict[str, Any]] = []
     for distance in s.mc_distances:
         started = time.perf_counter()
@@ -576,56 +657,19 @@ def _monte_carlo(
                 data.labels[others] if with_labels else None,
                 labels,
             )
-            for heuristic in heuristics:
-                for variant in ("epsilon", "distance"):
-                    attack = MonteCarloAttack(
-                        features,
-                        variant="epsilon" if variant == "epsilon" else "distance",
-                        heuristic="median"
-                        if heuristic == "median"
-                        else float(heuristic),
-                    )
-                    single, set_acc = mi_trials(
-                        attack.trial_scorer(d_in, d_out),
-                        members.shape[0],
-                        others.shape[0],
-                        set_size=m,
-                        trials=s.mi_trials,
-                        rng=np.random.default_rng(seeds["mi_trials"]),
-                    )
-                    rows.append(
-                        {
-                            "model": model_name,
-                            "distance": distance,
-                            "heuristic": heuristic
-                            if heuristic == "median"
-                            else f"{heuristic}%",
-                            "variant": "MC-eps" if variant == "epsilon" else "MC-d",
-                            "single_accuracy": single,
-                            "set_accuracy": set_acc,
-                        }
-                    )
+            rows += [
+                {"model": model_name, "distance": distance, **row}
+                for row in _monte_carlo_rows(
+                    s, d_in, d_out, features, pools, seeds["mi_trials"]
+                )
+            ]
         say(f"monte carlo {distance}: {time.perf_counter() - started:.1f}s")
         rows[-1]["wall_s_distance"] = time.perf_counter() - started
-    started = time.perf_counter()
-    candidates = np.concatenate([members, others])
-    rec = reconstruction_scores(
-        vae,
-        data.pool[candidates],
-        data.labels[candidates],
-        num_samples=s.reconstruction_samples,
-        seed=seeds["reconstruction"],
+    reconstruction = _reconstruction(s, data, vae, pools, seeds)
+    say(
+        f"reconstruction: single {reconstruction['single_accuracy']:.3f} "
+        f"set {reconstruction['set_accuracy']:.3f}"
     )
-    rec_in, rec_out = rec[: members.shape[0]], rec[members.shape[0] :]
-    single, set_acc = mi_trials(
-        lambda i, j: (rec_in[i], rec_out[j]),
-        rec_in.shape[0],
-        rec_out.shape[0],
-        set_size=m,
-        trials=s.mi_trials,
-        rng=np.random.default_rng(seeds["mi_trials"]),
-    )
-    say(f"reconstruction: single {single:.3f} set {set_acc:.3f}")
     return {
         "set_size": m,
         "trials": s.mi_trials,
@@ -634,12 +678,7 @@ def _monte_carlo(
         "nonmember_pool": int(others.shape[0]),
         "baseline": 0.5,
         "rows": rows,
-        "reconstruction": {
-            "single_accuracy": single,
-            "set_accuracy": set_acc,
-            "num_samples": s.reconstruction_samples,
-            "wall_s": time.perf_counter() - started,
-        },
+        "reconstruction": reconstruction,
     }
 
 
@@ -770,6 +809,15 @@ def _plots(
     return plots
 
 
+#: The parts of a run with their own child seed (:func:`_child_seeds`), in
+#: spawn order.
+_SEED_NAMES: tuple[str, ...] = (
+    "gan_g", "gan_d", "gan_train", "eval", "attacker", "aux", "vae",
+    "vae_train", "mi_pool", "mc_samples", "pca", "mi_trials",
+    "reconstruction", "samples",
+)  # fmt: skip
+
+
 def run_mi_generative_bench(
     out: Path,
     *,
@@ -813,14 +861,7 @@ def run_mi_generative_bench(
     dict
         The report written to ``out``.
     """
-    if scale is not None and scale not in SCALES:
-        raise ConfigError(f"unknown scale {scale!r}; choose from {list(SCALES)}")
-    if quick and scale not in (None, "quick"):
-        raise ConfigError(f"--quick contradicts --scale {scale}")
-    named = SCALES[scale or ("quick" if quick else "cpu")]
-    s = settings or named
-    if dataset is not None and settings is None:
-        s = replace(s, dataset=dataset)
+    s, scale_name = _resolve_settings(quick, scale, settings, dataset)
     chosen = list(PARTS if parts is None else dict.fromkeys(parts))
     unknown = [p for p in chosen if p not in PARTS]
     if unknown:
@@ -829,77 +870,28 @@ def run_mi_generative_bench(
     out = Path(out)
     if not out.parent.exists():
         raise ConfigError(f"the folder of --out does not exist: {out.parent}")
-    seeds = _child_seeds(
-        seed,
-        (
-            "gan_g", "gan_d", "gan_train", "eval", "attacker", "aux", "vae",
-            "vae_train", "mi_pool", "mc_samples", "pca", "mi_trials",
-            "reconstruction", "samples",
-        ),
-    )  # fmt: skip
+    seeds = _child_seeds(seed, _SEED_NAMES)
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         data = _load(s, seed)
         say(f"{s.dataset}: pool {data.pool.shape[0]}, members {data.num_members}")
-        white, gan = _white_box(s, data, seeds, device, False, say)
-        white_runs = [white]
-        if s.conditional:
-            white_runs.append(_white_box(s, data, seeds, device, True, say)[0])
-        gan_samples = _target_samples(
-            gan, s.target_samples, data.image_shape, seeds["samples"]
-        )
-        vae = _train_vae(s, data, seeds, device)
-        vae_labels = np.random.default_rng(seeds["samples"]).choice(
-            data.member_labels, s.target_samples
-        )
-        vae_samples = (
-            vae.sample(
-                s.target_samples,
-                y=vae_labels,
-                generator=torch.Generator().manual_seed(seeds["samples"]),
-            )
-            .numpy()
-            .reshape(-1, *data.image_shape)
-        )
-        black_box: list[dict[str, Any]] = []
-        attacker_samples: np.ndarray | None = None
-        if "black-box" in chosen:
-            bb_gan, attacker = _black_box(
-                s, data, gan_samples, seeds, device, "dcgan", say
-            )
-            black_box = [
-                bb_gan,
-                _black_box(s, data, vae_samples, seeds, device, "vae", say)[0],
-            ]
-            attacker_samples = attacker.sample(12, seed=seeds["samples"])
-        auxiliary = (
-            _auxiliary(s, data, gan_samples, seeds, device, say)
-            if "auxiliary" in chosen
-            else []
-        )
-        monte_carlo = (
-            _monte_carlo(s, data, vae, gan, seeds, say)
-            if "monte-carlo" in chosen
-            else None
-        )
+        runs = _attack_all(s, data, seeds, device, chosen, say)
     wall = time.perf_counter() - started
     plots = _plots(
         out,
         s,
         data,
-        white_runs,
-        black_box,
-        auxiliary,
-        gan_samples,
-        vae_samples,
-        attacker_samples,
+        runs.white_box,
+        runs.black_box,
+        runs.auxiliary,
+        runs.gan_samples,
+        runs.vae_samples,
+        runs.attacker_samples,
     )
     report: dict[str, Any] = {
         "quick": quick,
-        "scale": None
-        if settings is not None
-        else scale or ("quick" if quick else "cpu"),
+        "scale": scale_name,
         "seed": seed,
         "seeds": seeds,
         "device": device,
@@ -911,24 +903,124 @@ def run_mi_generative_bench(
             "random_guess": data.num_members / data.pool.shape[0],
         },
         "torch_threads": torch.get_num_threads(),
-        "white_box": white_runs,
+        "white_box": runs.white_box,
         "parts": ["white-box", *chosen],
-        "black_box": black_box,
-        "white_vs_black_box": {
-            "white_box_accuracy": white["final_accuracy"],
-            "black_box_accuracy": black_box[0]["final_accuracy"],
-            "ratio": black_box[0]["final_accuracy"] / white["final_accuracy"]
-            if white["final_accuracy"]
-            else float("nan"),
-        }
-        if black_box
-        else None,
-        "auxiliary": auxiliary,
-        "monte_carlo": monte_carlo,
+        "black_box": runs.black_box,
+        "white_vs_black_box": _white_vs_black_box(runs),
+        "auxiliary": runs.auxiliary,
+        "monte_carlo": runs.monte_carlo,
         "plots": [Path(p).name for p in plots],  # next to the JSON
         "wall_s": wall,
     }
     return BenchRecord("mi-generative", out).write(report)
+
+
+def _resolve_settings(
+    quick: bool,
+    scale: str | None,
+    settings: GenerativeBenchSettings | None,
+    dataset: str | None,
+) -> tuple[GenerativeBenchSettings, str | None]:
+    """Return the settings to run and the scale's name (None: custom settings)."""
+    if scale is not None and scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; choose from {list(SCALES)}")
+    if quick and scale not in (None, "quick"):
+        raise ConfigError(f"--quick contradicts --scale {scale}")
+    name = scale or ("quick" if quick else "cpu")
+    s = settings or SCALES[name]
+    if dataset is not None and settings is None:
+        s = replace(s, dataset=dataset)
+    return s, None if settings is not None else name
+
+
+@dataclass
+class _AttackRuns:
+    """What the attacks of one bench run measured and sampled."""
+
+    white_box: list[dict[str, Any]]
+    black_box: list[dict[str, Any]]
+    auxiliary: list[dict[str, Any]]
+    monte_carlo: dict[str, Any] | None
+    gan_samples: np.ndarray
+    vae_samples: np.ndarray
+    attacker_samples: np.ndarray | None
+
+
+def _vae_samples(
+    s: GenerativeBenchSettings, data: _Data, vae: Any, seed: int
+) -> np.ndarray:
+    """Draw the target VAE's samples, labels from the members' (seeded)."""
+    vae_labels = np.random.default_rng(seed).choice(
+        data.member_labels, s.target_samples
+    )
+    out: np.ndarray = (
+        vae.sample(
+            s.target_samples,
+            y=vae_labels,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        .numpy()
+        .reshape(-1, *data.image_shape)
+    )
+    return out
+
+
+def _attack_all(
+    s: GenerativeBenchSettings,
+    data: _Data,
+    seeds: dict[str, int],
+    device: str,
+    chosen: list[str],
+    say: Callable[[str], None],
+) -> _AttackRuns:
+    """Train the targets and run the white-box attack, then the chosen others."""
+    white, gan = _white_box(s, data, seeds, device, False, say)
+    white_runs = [white]
+    if s.conditional:
+        white_runs.append(_white_box(s, data, seeds, device, True, say)[0])
+    gan_samples = _target_samples(
+        gan, s.target_samples, data.image_shape, seeds["samples"]
+    )
+    vae = _train_vae(s, data, seeds, device)
+    vae_samples = _vae_samples(s, data, vae, seeds["samples"])
+    black_box: list[dict[str, Any]] = []
+    attacker_samples: np.ndarray | None = None
+    if "black-box" in chosen:
+        bb_gan, attacker = _black_box(s, data, gan_samples, seeds, device, "dcgan", say)
+        black_box = [
+            bb_gan,
+            _black_box(s, data, vae_samples, seeds, device, "vae", say)[0],
+        ]
+        attacker_samples = attacker.sample(12, seed=seeds["samples"])
+    auxiliary = (
+        _auxiliary(s, data, gan_samples, seeds, device, say)
+        if "auxiliary" in chosen
+        else []
+    )
+    monte_carlo = (
+        _monte_carlo(s, data, vae, gan, seeds, say) if "monte-carlo" in chosen else None
+    )
+    return _AttackRuns(
+        white_runs,
+        black_box,
+        auxiliary,
+        monte_carlo,
+        gan_samples,
+        vae_samples,
+        attacker_samples,
+    )
+
+
+def _white_vs_black_box(runs: _AttackRuns) -> dict[str, float] | None:
+    if not runs.black_box:
+        return None
+    white = runs.white_box[0]["final_accuracy"]
+    black = runs.black_box[0]["final_accuracy"]
+    return {
+        "white_box_accuracy": white,
+        "black_box_accuracy": black,
+        "ratio": black / white if white else float("nan"),
+    }
 
 
 def _generative_tables(report: dict[str, Any]) -> list[Table]:

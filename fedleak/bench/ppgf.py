@@ -60,58 +60,38 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import torch
 import typer
 from numpy.typing import NDArray
 from rich.table import Table
+from torch import nn
 
+from fedleak.attacks.membership.classifier import (
+    DPSGDProcedure,
+    LossThresholdAttack,
+    SGDProcedure,
+    ShadowModelAttack,
+    TorchClassifier,
+    evaluate_membership,
+)
+from fedleak.attacks.membership.gradient_norm import gradient_norm_scores
 from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_atomic
+from fedleak.privacy.accounting import sgm_noise_multiplier
+from fedleak.synth.latent import LatentSynthesizer
 
 from .console import fmt, say, written
 from .console import out as console
 from .record import BenchRecord
 
-__all__ = ["gradient_norm_scores", "run_ppgf_bench"]
+__all__ = ["run_ppgf_bench"]
 
 DELTA_DPSGD = 1e-5
-
-
-def gradient_norm_scores(
-    model: Any, x: NDArray[np.floating], y: NDArray[np.integer]
-) -> NDArray[np.float64]:
-    """White-box membership scores: minus the per-record loss-gradient norm.
-
-    Members of the training set sit near a minimum of their own loss, so the
-    gradient of ``loss(f(x), y)`` with respect to all weights is smaller for
-    them (the gradient features of Nasr et al., used by seed 003 Section
-    5.3.2); higher score = more likely a member.
-    """
-    import torch
-    from torch.func import functional_call, grad, vmap
-    from torch.nn import functional as F
-
-    params = {k: v.detach() for k, v in model.named_parameters()}
-
-    def loss(
-        p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
-    ) -> torch.Tensor:
-        return F.cross_entropy(
-            functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0)
-        )
-
-    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
-    xs = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    ys = torch.as_tensor(np.asarray(y, dtype=np.int64))
-    norms = []
-    for start in range(0, len(xs), 256):
-        g = per_example(params, xs[start : start + 256], ys[start : start + 256])
-        sq = sum(v.reshape(v.shape[0], -1).pow(2).sum(dim=1) for v in g.values())
-        norms.append(torch.sqrt(torch.as_tensor(sq)).numpy())
-    return -np.concatenate(norms).astype(np.float64)
 
 
 def _split(
@@ -273,8 +253,6 @@ def run_ppgf_bench(
     dict
         The JSON document.
     """
-    import torch
-
     from fedleak.data import find_data_dir
 
     out = Path(out)
@@ -311,199 +289,200 @@ def run_ppgf_bench(
         absl_logger.setLevel(absl_level)
 
 
-def _run(
-    out: Path,
-    quick: bool,
-    dataset: str,
-    eps_grid: tuple[float, ...],
-    n_members: int,
-    seed: int,
-    progress: Callable[[str], None] | None,
-) -> dict[str, Any]:
-    import torch
-    from torch import nn
+@dataclass(frozen=True)
+class _Plan:
+    """The sizes and settings of one PPGF bench run."""
 
-    from fedleak.attacks.membership.classifier import (
-        DPSGDProcedure,
-        LossThresholdAttack,
-        SGDProcedure,
-        ShadowModelAttack,
-        TorchClassifier,
-        evaluate_membership,
-    )
-    from fedleak.privacy.accounting import sgm_noise_multiplier
-    from fedleak.synth.latent import LatentSynthesizer
+    quick: bool
+    dataset: str
+    eps_grid: tuple[float, ...]
+    n_members: int
+    seed: int
+    dim: int
+    hidden: int
+    epochs: int
+    batch: int
+    lr: float = 0.1
 
-    started = time.perf_counter()
-    splits, shape = _split(dataset, n_members, seed)
-    flat = {k: (v[0].reshape(len(v[0]), -1), v[1]) for k, v in splits.items()}
-    dim = flat["members"][0].shape[1]
-    small = dim <= 64
-    hidden_target = 64 if small else 128
-    epochs = 10 if quick else 30
-    batch = 32 if quick else 64
-    lr = 0.1
+    @property
+    def small(self) -> bool:
+        """Digits-sized inputs (64 features or fewer)."""
+        return self.dim <= 64
 
+
+@dataclass
+class _Attacker:
+    """The attacker's shadow-model and loss-threshold attacks, fitted once."""
+
+    shadow: ShadowModelAttack
+    loss: LossThresholdAttack
+    fit_s: float
+
+
+def _factory(plan: _Plan) -> Callable[[int], nn.Module]:
     def factory(s: int) -> nn.Module:
         state = torch.random.get_rng_state()
         torch.manual_seed(s)
         model = nn.Sequential(
-            nn.Linear(dim, hidden_target), nn.ReLU(), nn.Linear(hidden_target, 10)
+            nn.Linear(plan.dim, plan.hidden), nn.ReLU(), nn.Linear(plan.hidden, 10)
         )
         torch.random.set_rng_state(state)
         return model
 
-    procedure = SGDProcedure(factory, epochs=epochs, batch_size=batch, lr=lr)
-    say = progress or (lambda _text: None)
+    return factory
 
-    # The attacker's shadow models (raw data, same procedure), fitted once.
+
+def _fit_attacker(
+    plan: _Plan, procedure: SGDProcedure, shadow_data: tuple[Any, Any]
+) -> _Attacker:
+    """Fit the shadow models on disjoint raw data with the target's procedure."""
     t0 = time.perf_counter()
     shadow = ShadowModelAttack(
         procedure,
         num_classes=10,
-        num_shadows=1 if quick else 2,
-        shadow_size=n_members,
-        seed=seed,
+        num_shadows=1 if plan.quick else 2,
+        shadow_size=plan.n_members,
+        seed=plan.seed,
     )
-    s_probs, s_labels, s_member = shadow.shadow_records(*flat["shadow"])
+    s_probs, s_labels, s_member = shadow.shadow_records(*shadow_data)
     shadow.fit_attack_models(s_probs, s_labels, s_member)
     loss_attack = LossThresholdAttack().calibrate(s_probs[s_member], s_labels[s_member])
-    shadow_s = time.perf_counter() - t0
-    say(f"shadow models: {shadow_s:.1f}s")
+    return _Attacker(shadow, loss_attack, time.perf_counter() - t0)
 
-    # The data owner's extractor/reconstructor and label model.
+
+def _fit_synthesizer(
+    plan: _Plan, members: tuple[Any, Any]
+) -> tuple[LatentSynthesizer, float]:
+    """Fit the data owner's VAE and label model on the members."""
     t0 = time.perf_counter()
+    small = plan.small
     synth = LatentSynthesizer(
         hidden=(128,) if small else (400,),
         latent_dim=8 if small else 20,
-        epochs=60 if small else (10 if quick else 30),
+        epochs=60 if small else (10 if plan.quick else 30),
         batch_size=32 if small else 64,
         lr=3e-3 if small else 1e-3,
-    ).fit(splits["members"][0], splits["members"][1], seed=seed)
-    vae_s = time.perf_counter() - t0
-    say(
-        f"VAE + label transfer fitted: {vae_s:.1f}s, "
-        f"sensitivity {synth.sensitivity:.2f}"
-    )
+    ).fit(members[0], members[1], seed=plan.seed)
+    return synth, time.perf_counter() - t0
 
-    def attack_row(target: TorchClassifier, eps: float) -> dict[str, Any]:
-        row: dict[str, Any] = {}
-        for key, attack in (("black_box", shadow), ("loss_threshold", loss_attack)):
-            ev = evaluate_membership(
-                target,
-                attack,
-                flat["members"],
-                flat["nonmembers"],
-                flat["test"],
-                epsilon=eps,
-            )
-            row["train_accuracy"], row["test_accuracy"] = (
-                ev.train_accuracy,
-                ev.test_accuracy,
-            )
-            row[key] = {
-                "auc": ev.auc,
-                "precision": ev.precision,
-                "recall": ev.recall,
-                "advantage": ev.advantage,
-            }
-        from sklearn.metrics import roc_auc_score
 
-        xq = np.concatenate([flat["members"][0], flat["nonmembers"][0]])
-        yq = np.concatenate([flat["members"][1], flat["nonmembers"][1]])
-        truth = np.repeat([True, False], [n_members, n_members])
-        row["white_box"] = {
-            "auc": float(
-                roc_auc_score(truth, gradient_norm_scores(target.model, xq, yq))
-            )
-        }
-        return row
+def _attack_row(
+    target: TorchClassifier,
+    eps: float,
+    attacker: _Attacker,
+    flat: dict[str, tuple[Any, Any]],
+    n_members: int,
+) -> dict[str, Any]:
+    """Accuracy and the three attacks' figures on one trained target."""
+    from sklearn.metrics import roc_auc_score
 
-    rows: list[dict[str, Any]] = []
-    doc = BenchRecord("ppgf", out)
-    doc.update(
-        {
-            "parameters": {
-                "quick": quick,
-                "dataset": dataset,
-                "image_shape": list(shape),
-                "members": n_members,
-                "epsilons": list(eps_grid),
-                "target": (
-                    f"MLP {dim}-{hidden_target}-10, SGD lr {lr}, batch {batch}, "
-                    f"{epochs} epochs"
-                ),
-                "vae": (
-                    f"{dim}-{synth.hidden}-{synth.latent_dim}, {synth.epochs} epochs"
-                ),
-                "dpsgd_delta": DELTA_DPSGD,
-                "shadow_models": shadow.num_shadows,
-            },
-            "seed": seed,
-            "setup": {
-                "latent_sensitivity": synth.sensitivity,
-                "vae_fit_s": vae_s,
-                "shadow_fit_s": shadow_s,
-            },
-            "rows": rows,
-            "summary": {},
-            "plots": [],
-            "complete": False,
-            "wall_s": 0.0,
-        }
-    )
-    runs: list[tuple[str, float]] = [
-        ("reference", math.inf),
-        ("source", math.inf),
-        ("reconstruction", math.inf),
-    ]
-    runs += [("ppgf", e) for e in eps_grid] + [("dp-sgd", e) for e in eps_grid]
-    model_seed = seed + 101
-    for method, eps in runs:
-        t0 = time.perf_counter()
-        extra: dict[str, Any] = {
-            "epsilon_dp": None,
-            "noise_multiplier": None,
-            "label_agreement": None,
-        }
-        if method == "reference":
-            # Trained on disjoint data: its AUC is the chance level of this
-            # particular member/non-member split (a split-bias control).
-            ref_x, ref_y = flat["shadow"]
-            target = procedure(ref_x[:n_members], ref_y[:n_members], model_seed)
-        elif method == "source":
-            target = procedure(*flat["members"], model_seed)
-        elif method == "dp-sgd":
-            steps = epochs * math.ceil(n_members / batch)
-            z = sgm_noise_multiplier(eps, DELTA_DPSGD, batch / n_members, steps)
-            target = DPSGDProcedure(
-                factory,
-                noise_multiplier=z,
-                epochs=epochs,
-                batch_size=batch,
-                lr=lr,
-                delta=DELTA_DPSGD,
-            )(*flat["members"], model_seed)
-            extra.update(noise_multiplier=z, epsilon_dp=target.epsilon)
-        else:
-            data = synth.synthesize(*splits["members"], eps, seed=seed + 7)
-            target = procedure(data.x.reshape(n_members, -1), data.y, model_seed)
-            extra.update(
-                label_agreement=data.label_agreement,
-                epsilon_dp=None if math.isinf(eps) else data.epsilon_dp,
-            )
-        assert isinstance(target, TorchClassifier)
-        row = {"method": method, "epsilon": eps, **extra, **attack_row(target, eps)}
-        row["wall_s"] = time.perf_counter() - t0
-        rows.append(row)
-        doc["wall_s"] = time.perf_counter() - started
-        doc.write()  # an interrupted run keeps its rows
-        say(
-            f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
-            f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
-            f"white-box {row['white_box']['auc']:.3f} ({row['wall_s']:.1f}s)"
+    row: dict[str, Any] = {}
+    for key, attack in (
+        ("black_box", attacker.shadow),
+        ("loss_threshold", attacker.loss),
+    ):
+        ev = evaluate_membership(
+            target,
+            attack,
+            flat["members"],
+            flat["nonmembers"],
+            flat["test"],
+            epsilon=eps,
         )
+        row["train_accuracy"], row["test_accuracy"] = (
+            ev.train_accuracy,
+            ev.test_accuracy,
+        )
+        row[key] = {
+            "auc": ev.auc,
+            "precision": ev.precision,
+            "recall": ev.recall,
+            "advantage": ev.advantage,
+        }
+    xq = np.concatenate([flat["members"][0], flat["nonmembers"][0]])
+    yq = np.concatenate([flat["members"][1], flat["nonmembers"][1]])
+    truth = np.repeat([True, False], [n_members, n_members])
+    row["white_box"] = {
+        "auc": float(roc_auc_score(truth, gradient_norm_scores(target.model, xq, yq)))
+    }
+    return row
 
+
+def _train_target(
+    method: str,
+    eps: float,
+    plan: _Plan,
+    procedure: SGDProcedure,
+    sets: tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]],
+    synth: LatentSynthesizer,
+) -> tuple[TorchClassifier, dict[str, Any]]:
+    """Train the downstream model of one row; return it and the row's extras.
+
+    ``sets`` holds the splits as images and flattened.
+    """
+    splits, flat = sets
+    n_members, model_seed = plan.n_members, plan.seed + 101
+    extra: dict[str, Any] = {
+        "epsilon_dp": None,
+        "noise_multiplier": None,
+        "label_agreement": None,
+    }
+    if method == "reference":
+        # Trained on disjoint data: its AUC is the chance level of this
+        # particular member/non-member split (a split-bias control).
+        ref_x, ref_y = flat["shadow"]
+        target = procedure(ref_x[:n_members], ref_y[:n_members], model_seed)
+    elif method == "source":
+        target = procedure(*flat["members"], model_seed)
+    elif method == "dp-sgd":
+        steps = plan.epochs * math.ceil(n_members / plan.batch)
+        z = sgm_noise_multiplier(eps, DELTA_DPSGD, plan.batch / n_members, steps)
+        target = DPSGDProcedure(
+            procedure.factory,
+            noise_multiplier=z,
+            epochs=plan.epochs,
+            batch_size=plan.batch,
+            lr=plan.lr,
+            delta=DELTA_DPSGD,
+        )(*flat["members"], model_seed)
+        extra.update(noise_multiplier=z, epsilon_dp=target.epsilon)
+    else:
+        data = synth.synthesize(*splits["members"], eps, seed=plan.seed + 7)
+        target = procedure(data.x.reshape(n_members, -1), data.y, model_seed)
+        extra.update(
+            label_agreement=data.label_agreement,
+            epsilon_dp=None if math.isinf(eps) else data.epsilon_dp,
+        )
+    if not isinstance(target, TorchClassifier):
+        raise TypeError(f"expected a TorchClassifier, got {type(target).__name__}")
+    return target, extra
+
+
+def _header(
+    plan: _Plan, shape: tuple[int, ...], synth: LatentSynthesizer, attacker: _Attacker
+) -> dict[str, Any]:
+    return {
+        "parameters": {
+            "quick": plan.quick,
+            "dataset": plan.dataset,
+            "image_shape": list(shape),
+            "members": plan.n_members,
+            "epsilons": list(plan.eps_grid),
+            "target": (
+                f"MLP {plan.dim}-{plan.hidden}-10, SGD lr {plan.lr}, batch "
+                f"{plan.batch}, {plan.epochs} epochs"
+            ),
+            "vae": (
+                f"{plan.dim}-{synth.hidden}-{synth.latent_dim}, {synth.epochs} epochs"
+            ),
+            "dpsgd_delta": DELTA_DPSGD,
+            "shadow_models": attacker.shadow.num_shadows,
+        },
+        "seed": plan.seed,
+    }
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def by(method: str) -> list[dict[str, Any]]:
         return [r for r in rows if r["method"] == method]
 
@@ -541,7 +520,88 @@ def _run(
     summary["ppgf_vs_dpsgd_time_ratio"] = (
         summary["median_ppgf_s"] / summary["median_dpsgd_s"]
     )
-    doc["summary"] = summary
+    return summary
+
+
+def _run(
+    out: Path,
+    quick: bool,
+    dataset: str,
+    eps_grid: tuple[float, ...],
+    n_members: int,
+    seed: int,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    splits, shape = _split(dataset, n_members, seed)
+    flat = {k: (v[0].reshape(len(v[0]), -1), v[1]) for k, v in splits.items()}
+    dim = flat["members"][0].shape[1]
+    plan = _Plan(
+        quick=quick,
+        dataset=dataset,
+        eps_grid=eps_grid,
+        n_members=n_members,
+        seed=seed,
+        dim=dim,
+        hidden=64 if dim <= 64 else 128,
+        epochs=10 if quick else 30,
+        batch=32 if quick else 64,
+    )
+    say = progress or (lambda _text: None)
+    procedure = SGDProcedure(
+        _factory(plan), epochs=plan.epochs, batch_size=plan.batch, lr=plan.lr
+    )
+    attacker = _fit_attacker(plan, procedure, flat["shadow"])
+    say(f"shadow models: {attacker.fit_s:.1f}s")
+    synth, vae_s = _fit_synthesizer(plan, splits["members"])
+    say(
+        f"VAE + label transfer fitted: {vae_s:.1f}s, "
+        f"sensitivity {synth.sensitivity:.2f}"
+    )
+    rows: list[dict[str, Any]] = []
+    doc = BenchRecord("ppgf", out)
+    doc.update(
+        {
+            **_header(plan, shape, synth, attacker),
+            "setup": {
+                "latent_sensitivity": synth.sensitivity,
+                "vae_fit_s": vae_s,
+                "shadow_fit_s": attacker.fit_s,
+            },
+            "rows": rows,
+            "summary": {},
+            "plots": [],
+            "complete": False,
+            "wall_s": 0.0,
+        }
+    )
+    runs: list[tuple[str, float]] = [
+        ("reference", math.inf),
+        ("source", math.inf),
+        ("reconstruction", math.inf),
+    ]
+    runs += [("ppgf", e) for e in eps_grid] + [("dp-sgd", e) for e in eps_grid]
+    for method, eps in runs:
+        t0 = time.perf_counter()
+        target, extra = _train_target(
+            method, eps, plan, procedure, (splits, flat), synth
+        )
+        row = {
+            "method": method,
+            "epsilon": eps,
+            **extra,
+            **_attack_row(target, eps, attacker, flat, n_members),
+        }
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        doc["wall_s"] = time.perf_counter() - started
+        doc.write()  # an interrupted run keeps its rows
+        say(
+            f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
+            f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
+            f"white-box {row['white_box']['auc']:.3f} ({row['wall_s']:.1f}s)"
+        )
+    doc["summary"] = _summary(rows)
     doc["complete"] = True
     doc["plots"] = _plot(rows, out)
     doc["wall_s"] = time.perf_counter() - started

@@ -6,9 +6,10 @@ experiment file (``sim_configs/property_<experiment>.toml``) as Flower
 simulations with the adversary and the scripted target as clients
 (:mod:`fedleak.clients.property`), then trains the batch property classifier
 offline on the adversary's logged auxiliary gradients and scores its logged
-observations (:func:`analyse_run`). Each run's directory is kept under
-``FILE-runs/<label>/`` so it can be re-scored without re-training (running
-the same benchmark with the same ``FILE`` again replaces them).
+observations (:func:`~fedleak.attacks.property.scoring.analyse_run`). Each
+run's directory is kept under ``FILE-runs/<label>/`` so it can be re-scored
+without re-training (running the same benchmark with the same ``FILE`` again
+replaces them).
 
 Experiments (thesis figure in brackets):
 
@@ -52,7 +53,6 @@ JSON record::
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import time
@@ -66,14 +66,9 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from fedleak.attacks.property.classifier import (
-    BatchPropertyClassifier,
-    dataset_score,
-    load_observations,
-    score_series,
-    single_batch_auc,
-)
-from fedleak.errors import ConfigError, DataError
+from fedleak.attacks.property.classifier import single_batch_auc
+from fedleak.attacks.property.scoring import analyse_run
+from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
 from fedleak.files import write_figure
 
@@ -84,9 +79,7 @@ from .record import BenchRecord
 __all__ = [
     "EXPERIMENTS",
     "NORMALIZED_EXPERIMENTS",
-    "analyse_run",
     "command",
-    "load_truth",
     "run_property_bench",
 ]
 
@@ -108,79 +101,6 @@ _THESIS_ITERATIONS: Final[dict[str, int]] = {
     "join": 500,
     "text": 3000,
 }
-
-
-def load_truth(path: str | Path) -> dict[int, float]:
-    """Read the target's ``truth.jsonl``: round -> fraction of its batch with it."""
-    truth: dict[int, float] = {}
-    file = Path(path)
-    if not file.is_file():
-        raise DataError(f"{file}: no target truth (was a [target] client in the run?)")
-    for line in file.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            truth[int(row["round"])] = float(row["fraction"])
-    return truth
-
-
-def analyse_run(
-    run_dir: str | Path,
-    *,
-    classifier: str = "random-forest",
-    seed: int = 0,
-    smooth: int = 1,
-    normalize: bool = False,
-) -> dict[str, Any]:
-    """Train ``f_prop`` on a finished run's logged auxiliary gradients and score it.
-
-    Parameters
-    ----------
-    run_dir : path
-        A run directory holding ``adversary/`` (and ``target/truth.jsonl``).
-    classifier : {"random-forest", "logistic"}, default="random-forest"
-        :class:`fedleak.attacks.property.BatchPropertyClassifier` kind.
-    seed : int, default=0
-        The classifier's ``random_state``.
-    smooth : int, default=1
-        Moving-average window of the returned score series.
-    normalize : bool, default=False
-        Classify the direction of the updates only (see
-        :class:`~fedleak.attacks.property.BatchPropertyClassifier`).
-
-    Returns
-    -------
-    dict
-        ``auc`` (single-batch AUC, None if the truth has one class),
-        ``dataset_score`` (mean score), ``rounds``, ``scores``, ``truth``
-        (fraction of the target's batch with the property per round, None
-        where unknown), ``aux_gradients`` (labelled examples used).
-    """
-    folder = Path(run_dir)
-    obs = load_observations(folder / "adversary")
-    fitted = obs.fit(
-        BatchPropertyClassifier(kind=classifier, random_state=seed, normalize=normalize)
-    )
-    scores = obs.scores(fitted)
-    truth_file = folder / "target" / "truth.jsonl"
-    truth = load_truth(truth_file) if truth_file.is_file() else {}
-    fractions = [truth.get(int(r)) for r in obs.observed_rounds]
-    known = [i for i, f in enumerate(fractions) if f is not None]
-    labels = np.asarray([1 if (fractions[i] or 0.0) > 0 else 0 for i in known])
-    auc = (
-        single_batch_auc(labels, scores[known])
-        if known and np.unique(labels).size == 2
-        else None
-    )
-    rounds, series = score_series(obs.observed_rounds, scores, window=smooth)
-    return {
-        "auc": auc,
-        "dataset_score": dataset_score(scores) if scores.size else None,
-        "rounds": [int(r) for r in rounds],
-        "scores": [float(s) for s in series],
-        "truth": fractions,
-        "aux_gradients": int(obs.aux.shape[0]),
-        "features": int(obs.aux.shape[1]),
-    }
 
 
 # ---------------------------------------------------------------- runs
@@ -558,14 +478,8 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     return rows, summary, [plot]
 
 
-def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    from fedleak.attacks.property.text import (
-        fortunes_property_task,
-        run_text_property_attack,
-    )
-
-    task = fortunes_property_task(seed=s.seed)
-    rounds = s.rounds or _TEXT_ROUNDS
+def _text_plan(s: _Settings) -> list[tuple[str, dict[str, Any]]]:
+    """Return the text runs, (category, params): Table 7.4, Figs. 7.4(b), 7.7(b)."""
     categories = ["startrek"] if s.quick else ["startrek", "linux", "food", "love"]
     plan: list[tuple[str, dict[str, Any]]] = [
         (c, {"property": c, "participants": 2, "batch_fraction": 1.0})
@@ -586,55 +500,61 @@ def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
             )
             for k in (4, 8)
         ]
-    rows: list[dict[str, Any]] = []
-    for category, params in plan:
-        label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
-        s.say(f"text: {label} ({rounds} rounds)")
-        started = time.perf_counter()
-        result = run_text_property_attack(
-            task,
-            category,
-            rounds=rounds,
-            participants=params["participants"],
-            batch_fraction=params["batch_fraction"],
-            seed=s.seed,
-        )
-        wall = time.perf_counter() - started
-        s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
-        rows.append(
-            {
-                "label": label,
-                "params": {**params, "secure_aggregation": False},
-                "rounds": rounds,
-                "num_clients": params["participants"],
-                "auc": result.auc,
-                "dataset_score": float(np.mean(result.scores)),
-                "top_words": list(result.top_words),
-                "correlation": result.correlation,
-                "wall_s": wall,
-                "median_round_s": wall / rounds,
-                "test_accuracy": result.test_accuracy,
-                "series": {
-                    "rounds": list(range(1, rounds + 1)),
-                    "scores": [float(x) for x in result.scores],
-                },
-                "truth": [int(t) for t in result.truth],
-            }
-        )
-    table = {
-        r["params"]["property"]: r["top_words"]
-        for r in rows
-        if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
-    }
-    summary = {"auc": {r["label"]: r["auc"] for r in rows}, "top_words": table}
+    return plan
 
+
+def _text_row(
+    s: _Settings, task: Any, category: str, params: dict[str, Any], rounds: int
+) -> dict[str, Any]:
+    """Run the in-process text attack of one plan entry; return its JSON row."""
+    from fedleak.attacks.property.text import run_text_property_attack
+
+    label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
+    s.say(f"text: {label} ({rounds} rounds)")
+    started = time.perf_counter()
+    result = run_text_property_attack(
+        task,
+        category,
+        rounds=rounds,
+        participants=params["participants"],
+        batch_fraction=params["batch_fraction"],
+        seed=s.seed,
+    )
+    wall = time.perf_counter() - started
+    s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
+    return {
+        "label": label,
+        "params": {**params, "secure_aggregation": False},
+        "rounds": rounds,
+        "num_clients": params["participants"],
+        "auc": result.auc,
+        "dataset_score": float(np.mean(result.scores)),
+        "top_words": list(result.top_words),
+        "correlation": result.correlation,
+        "wall_s": wall,
+        "median_round_s": wall / rounds,
+        "test_accuracy": result.test_accuracy,
+        "series": {
+            "rounds": list(range(1, rounds + 1)),
+            "scores": [float(x) for x in result.scores],
+        },
+        "truth": [int(t) for t in result.truth],
+    }
+
+
+def _two_party_full_batch(row: dict[str, Any]) -> bool:
+    params = row["params"]
+    return bool(params["participants"] == 2 and params["batch_fraction"] == 1.0)
+
+
+def _plot_text_words(
+    s: _Settings, rows: list[dict[str, Any]], table: dict[str, list[str]]
+) -> str:
     def draw(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
         ax.axis("off")
         auc_of = {
-            r["params"]["property"]: r["auc"]
-            for r in rows
-            if r["params"]["participants"] == 2 and r["params"]["batch_fraction"] == 1.0
+            r["params"]["property"]: r["auc"] for r in rows if _two_party_full_batch(r)
         }
         cells = [[c, f"{auc_of[c]:.3f}", ", ".join(w)] for c, w in table.items()]
         grid = ax.table(
@@ -646,50 +566,62 @@ def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
         grid.auto_set_column_width([0, 1, 2])
         ax.set_title("fortunes: words with the largest coefficients")
 
-    plots = [
-        write_figure(_plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table)))
+    return write_figure(
+        _plot_path(s, "text-words"), draw, (8.0, 0.6 + 0.4 * len(table))
+    )
+
+
+def _plot_text_sweeps(s: _Settings, rows: list[dict[str, Any]]) -> list[str]:
+    """AUC vs fraction and vs participants of the startrek runs (Figs. 7.4b, 7.7b)."""
+    startrek = [r for r in rows if r["params"]["property"] == "startrek"]
+    fractions = [r for r in startrek if r["params"]["participants"] == 2]
+    parties = [r for r in startrek if r["params"]["batch_fraction"] == 1.0]
+    return [
+        _plot_lines(
+            s,
+            "text-fraction",
+            "fortunes (startrek): AUC vs fraction",
+            "fraction of the batch",
+            {
+                "plain": (
+                    [r["params"]["batch_fraction"] for r in fractions],
+                    [r["auc"] for r in fractions],
+                )
+            },
+        ),
+        _plot_lines(
+            s,
+            "text-participants",
+            "fortunes (startrek): AUC vs participants",
+            "participants K",
+            {
+                "plain": (
+                    [r["params"]["participants"] for r in parties],
+                    [r["auc"] for r in parties],
+                )
+            },
+        ),
     ]
+
+
+def _text(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    from fedleak.attacks.property.text import fortunes_property_task
+
+    task = fortunes_property_task(seed=s.seed)
+    rounds = s.rounds or _TEXT_ROUNDS
+    rows = [
+        _text_row(s, task, category, params, rounds)
+        for category, params in _text_plan(s)
+    ]
+    table = {
+        r["params"]["property"]: r["top_words"]
+        for r in rows
+        if _two_party_full_batch(r)
+    }
+    summary = {"auc": {r["label"]: r["auc"] for r in rows}, "top_words": table}
+    plots = [_plot_text_words(s, rows, table)]
     if not s.quick:
-        fractions = [
-            r
-            for r in rows
-            if r["params"]["participants"] == 2
-            and r["params"]["property"] == "startrek"
-        ]
-        parties = [
-            r
-            for r in rows
-            if r["params"]["property"] == "startrek"
-            and r["params"]["batch_fraction"] == 1.0
-        ]
-        plots.append(
-            _plot_lines(
-                s,
-                "text-fraction",
-                "fortunes (startrek): AUC vs fraction",
-                "fraction of the batch",
-                {
-                    "plain": (
-                        [r["params"]["batch_fraction"] for r in fractions],
-                        [r["auc"] for r in fractions],
-                    )
-                },
-            )
-        )
-        plots.append(
-            _plot_lines(
-                s,
-                "text-participants",
-                "fortunes (startrek): AUC vs participants",
-                "participants K",
-                {
-                    "plain": (
-                        [r["params"]["participants"] for r in parties],
-                        [r["auc"] for r in parties],
-                    )
-                },
-            )
-        )
+        plots += _plot_text_sweeps(s, rows)
     return rows, summary, plots
 
 

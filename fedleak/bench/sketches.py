@@ -165,29 +165,32 @@ def bench_throughput(n_items: int, repeats: int, seed: int) -> dict[str, Any]:
 # ------------------------------------------------------------------ recommender
 
 
-def bench_recommender(
-    user_counts: list[int], table_rows: int, seed: int, say: Say
-) -> dict[str, Any]:
-    """Fig. 4.5, ItemKNN agreement, Table 4.1 and masked-aggregation times."""
+def _coview_curves(
+    population: Any,
+    user_counts: list[int],
+    epsilons: tuple[float, ...],
+    seed: int,
+    say: Say,
+) -> tuple[dict[str, list[float]], dict[str, Any], dict[str, Any]]:
+    """Fig. 4.5: co-view errors per population size and sketch epsilon.
+
+    Returns the error curves, Fig. 4.5(a)'s record at the largest population
+    and epsilon 0.01, and (for the ItemKNN comparison) that population's
+    exact and estimated similarities and the estimates' mean absolute error.
+    """
     from fedleak.sketches import CountMinSketch
-    from fedleak.sketches.masked import aggregate_sketches
     from fedleak.sketches.recommender import (
         cosine_similarity,
         coview_error,
         estimate_coviews,
         population_sketch,
-        recommend,
-        user_sketch,
-        zipf_population,
     )
 
-    n_items = 700
+    n_items = population.n_items
     pairs = n_items * n_items // 2  # the seed's T = M * M / 2
-    say(f"recommender: population of {max(user_counts)} users")
-    population = zipf_population(max(user_counts), n_items, seed=seed)
-    epsilons = (0.01, 0.05, 0.1)
     curves: dict[str, list[float]] = {str(e): [] for e in epsilons}
     fig_a: dict[str, Any] = {}
+    knn: dict[str, Any] = {}
     for n in user_counts:
         say(f"recommender: N = {n}")
         coviews = population.coviews(slice(0, n))
@@ -207,31 +210,51 @@ def bench_recommender(
                 fig_a["average_error_count_mean_min"] = cmm["average_error"]
                 upper = np.triu_indices(n_items)
                 knn_truth = coviews + np.triu(coviews, 1).T
-                similarities = {
+                knn["similarities"] = {
                     "min": cosine_similarity(estimate),
                     "count-mean-min": cosine_similarity(debiased),
                 }
-                mean_abs = {
+                knn["mean_abs"] = {
                     "min": float(np.mean(np.abs(estimate - knn_truth)[upper])),
                     "count-mean-min": float(
                         np.mean(np.abs(debiased - knn_truth)[upper])
                     ),
                 }
-                exact_sim = cosine_similarity(coviews)
+                knn["exact"] = cosine_similarity(coviews)
+    return curves, fig_a, knn
+
+
+def _itemknn_overlaps(
+    population: Any, knn: dict[str, Any], seed: int
+) -> dict[str, list[float]]:
+    """Top-10 recommendations from sketched vs exact similarities, 100 users."""
+    from fedleak.sketches.recommender import recommend
+
     rng = np.random.default_rng(seed)
-    overlaps: dict[str, list[float]] = {name: [] for name in similarities}
+    overlaps: dict[str, list[float]] = {name: [] for name in knn["similarities"]}
     for user in rng.choice(population.n_users, size=100, replace=False):
         watched = population.items_of(int(user))
-        truth = set(recommend(exact_sim, watched, top=10).tolist())
-        for name, sim in similarities.items():
+        truth = set(recommend(knn["exact"], watched, top=10).tolist())
+        for name, sim in knn["similarities"].items():
             got = set(recommend(sim, watched, top=10).tolist())
             overlaps[name].append(len(truth & got) / 10)
-    say("recommender: Table 4.1 (masked aggregation of user sketches)")
+    return overlaps
+
+
+def _masked_aggregation_table(
+    population: Any, table_rows: int, seed: int
+) -> list[dict[str, Any]]:
+    """Table 4.1: masked aggregation of user sketches, bytes and seconds."""
+    from fedleak.sketches import CountMinSketch
+    from fedleak.sketches.masked import aggregate_sketches
+    from fedleak.sketches.recommender import user_sketch
+
     table = []
     for n, length, thesis_down, thesis_up in THESIS_TABLE_4_1[:table_rows]:
         template = CountMinSketch(18, length // 18, seed=seed)
         users = [
-            user_sketch(population.items_of(u), n_items, template) for u in range(n)
+            user_sketch(population.items_of(u), population.n_items, template)
+            for u in range(n)
         ]
         start = time.perf_counter()
         result = aggregate_sketches(users, seed=seed, modulus_bits=32)
@@ -252,6 +275,24 @@ def bench_recommender(
                 "wall_s": wall,
             }
         )
+    return table
+
+
+def bench_recommender(
+    user_counts: list[int], table_rows: int, seed: int, say: Say
+) -> dict[str, Any]:
+    """Fig. 4.5, ItemKNN agreement, Table 4.1 and masked-aggregation times."""
+    from fedleak.sketches.recommender import zipf_population
+
+    n_items = 700
+    pairs = n_items * n_items // 2  # the seed's T = M * M / 2
+    say(f"recommender: population of {max(user_counts)} users")
+    population = zipf_population(max(user_counts), n_items, seed=seed)
+    epsilons = (0.01, 0.05, 0.1)
+    curves, fig_a, knn = _coview_curves(population, user_counts, epsilons, seed, say)
+    overlaps = _itemknn_overlaps(population, knn, seed)
+    say("recommender: Table 4.1 (masked aggregation of user sketches)")
+    table = _masked_aggregation_table(population, table_rows, seed)
     return {
         "parameters": {
             "n_items": n_items,
@@ -270,7 +311,7 @@ def bench_recommender(
             "top10_overlap_with_exact": {
                 name: float(np.mean(v)) for name, v in overlaps.items()
             },
-            "mean_abs_error_all_entries": mean_abs,
+            "mean_abs_error_all_entries": knn["mean_abs"],
         },
         "table_4_1": table,
     }
@@ -354,95 +395,118 @@ def bench_heatmaps(n_users: int, days: int, seed: int, say: Say) -> dict[str, An
 # ------------------------------------------------------------------ median
 
 
-def bench_median(
+#: The value range of the median problems.
+_MEDIAN_RANGE: tuple[int, int] = (0, 1000)
+
+
+def _sketched_median(
+    values: np.ndarray,
+    sketch_eps: float,
+    seed: int,
+    *,
+    epsilon: float | None = None,
+    rng: np.random.Generator | None = None,
+) -> tuple[int, Any]:
+    """Bisect the median of ``values`` on a Count Sketch of error ``sketch_eps``.
+
+    ``epsilon`` (with ``rng``) adds the DP noise of Fig. 4.11. Returns the
+    median and the sketch.
+    """
+    from fedleak.sketches import CountSketch
+    from fedleak.sketches.median import PlainRangeCounter, bisect_median, value_sketch
+
+    low, high = _MEDIAN_RANGE
+    sketch = value_sketch(
+        values,
+        CountSketch.from_error(sketch_eps, sketch_eps, seed=seed),
+        low=low,
+        high=high,
+    )
+    median = bisect_median(
+        PlainRangeCounter(sketch),
+        values.size,
+        sketch.depth,
+        low=low,
+        high=high,
+        epsilon=epsilon,
+        rng=rng,
+    ).median
+    return median, sketch
+
+
+def _fig_4_10(
+    problems: list[np.ndarray],
+    truths: list[int],
     sketch_eps: list[float],
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Fig. 4.10: the median's relative error vs the Count Sketch's size."""
+    low, high = _MEDIAN_RANGE
+    fig10 = []
+    for eps in sketch_eps:
+        errors = []
+        for rep, (values, truth) in enumerate(zip(problems, truths, strict=True)):
+            est, sketch = _sketched_median(values, eps, seed + rep)
+            errors.append(abs(est - truth) / truth)
+        fig10.append(
+            {
+                "epsilon_delta": eps,
+                "depth": sketch.depth,
+                "width": sketch.width,
+                "size_overhead": sketch.size / (high - low + 1),
+                "mean_relative_error": float(np.mean(errors)),
+                "std_relative_error": float(np.std(errors)),
+            }
+        )
+    return fig10
+
+
+def _fig_4_11(
+    problems: list[np.ndarray],
+    truths: list[int],
     dp_eps: list[float],
-    repetitions: int,
+    seed: int,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """Fig. 4.11: the median's absolute error vs the DP epsilon (None: no noise)."""
+    fig11 = []
+    dp_settings: list[float | None] = [*dp_eps, None]
+    for dp in dp_settings:
+        errors = []
+        for rep, (values, truth) in enumerate(zip(problems, truths, strict=True)):
+            est, _ = _sketched_median(values, 0.05, seed + rep, epsilon=dp, rng=rng)
+            errors.append(abs(est - truth))
+        fig11.append(
+            {
+                "dp_epsilon": dp,
+                "mean_abs_error": float(np.mean(errors)),
+                "std_abs_error": float(np.std(errors)),
+            }
+        )
+    return fig11
+
+
+def _encrypted_median(
+    values: np.ndarray,
     contributors: int,
     seed: int,
-    say: Say,
-) -> dict[str, Any]:
-    """Figs. 4.10-4.11 and the cost of the encrypted protocol."""
+    rng: np.random.Generator,
+) -> tuple[Any, Any, float, float, int]:
+    """Run the encrypted protocol on one problem, and its plaintext counterpart.
+
+    Returns the encrypted result, the plaintext bisection, the protocol's
+    wall time, the online encryption time of one sketch and the sketch size.
+    """
     from fedleak.sketches import CountSketch
     from fedleak.sketches import elgamal as eg
     from fedleak.sketches.median import (
         PlainRangeCounter,
         bisect_median,
         private_median,
-        reference_problem,
         value_sketch,
     )
 
-    low, high = 0, 1000
-    seeds = np.random.SeedSequence(seed).spawn(repetitions)
-    readings: dict[str, dict[str, Any]] = {}
-    rng = np.random.default_rng(seed)
-    for spread in ("variance", "std"):
-        problems = [
-            reference_problem(int(s.generate_state(1)[0]), spread=spread) for s in seeds
-        ]
-        truths = [int(np.sort(v)[(v.size + 1) // 2 - 1]) for v in problems]
-        say(f"median: Fig. 4.10 (sketch size), spreads read as {spread}")
-        fig10 = []
-        for eps in sketch_eps:
-            errors = []
-            for rep, (values, truth) in enumerate(zip(problems, truths, strict=True)):
-                sketch = value_sketch(
-                    values,
-                    CountSketch.from_error(eps, eps, seed=seed + rep),
-                    low=low,
-                    high=high,
-                )
-                est = bisect_median(
-                    PlainRangeCounter(sketch),
-                    values.size,
-                    sketch.depth,
-                    low=low,
-                    high=high,
-                ).median
-                errors.append(abs(est - truth) / truth)
-            fig10.append(
-                {
-                    "epsilon_delta": eps,
-                    "depth": sketch.depth,
-                    "width": sketch.width,
-                    "size_overhead": sketch.size / (high - low + 1),
-                    "mean_relative_error": float(np.mean(errors)),
-                    "std_relative_error": float(np.std(errors)),
-                }
-            )
-        say(f"median: Fig. 4.11 (DP epsilon), spreads read as {spread}")
-        fig11 = []
-        dp_settings: list[float | None] = [*dp_eps, None]
-        for dp in dp_settings:
-            errors = []
-            for rep, (values, truth) in enumerate(zip(problems, truths, strict=True)):
-                sketch = value_sketch(
-                    values,
-                    CountSketch.from_error(0.05, 0.05, seed=seed + rep),
-                    low=low,
-                    high=high,
-                )
-                est = bisect_median(
-                    PlainRangeCounter(sketch),
-                    values.size,
-                    sketch.depth,
-                    low=low,
-                    high=high,
-                    epsilon=dp,
-                    rng=rng,
-                ).median
-                errors.append(abs(est - truth))
-            fig11.append(
-                {
-                    "dp_epsilon": dp,
-                    "mean_abs_error": float(np.mean(errors)),
-                    "std_abs_error": float(np.std(errors)),
-                }
-            )
-        readings[spread] = {"fig_4_10": fig10, "fig_4_11": fig11, "truth": truths[0]}
-    say(f"median: encrypted run with {contributors} contributors")
-    values = reference_problem(int(seeds[0].generate_state(1)[0]))
+    low, high = _MEDIAN_RANGE
     parts = np.array_split(values, contributors)
     start = time.perf_counter()
     # seeded: the record must be reproducible (not private; see private_median)
@@ -467,9 +531,41 @@ def bench_median(
     start = time.perf_counter()
     eg.encrypt(plain_sketch.table, key, randomness=pool)
     online = time.perf_counter() - start
+    return encrypted, plain, wall, online, plain_sketch.size
+
+
+def bench_median(
+    sketch_eps: list[float],
+    dp_eps: list[float],
+    repetitions: int,
+    contributors: int,
+    seed: int,
+    say: Say,
+) -> dict[str, Any]:
+    """Figs. 4.10-4.11 and the cost of the encrypted protocol."""
+    from fedleak.sketches.median import reference_problem
+
+    seeds = np.random.SeedSequence(seed).spawn(repetitions)
+    readings: dict[str, dict[str, Any]] = {}
+    rng = np.random.default_rng(seed)
+    for spread in ("variance", "std"):
+        problems = [
+            reference_problem(int(s.generate_state(1)[0]), spread=spread) for s in seeds
+        ]
+        truths = [int(np.sort(v)[(v.size + 1) // 2 - 1]) for v in problems]
+        say(f"median: Fig. 4.10 (sketch size), spreads read as {spread}")
+        fig10 = _fig_4_10(problems, truths, sketch_eps, seed)
+        say(f"median: Fig. 4.11 (DP epsilon), spreads read as {spread}")
+        fig11 = _fig_4_11(problems, truths, dp_eps, seed, rng)
+        readings[spread] = {"fig_4_10": fig10, "fig_4_11": fig11, "truth": truths[0]}
+    say(f"median: encrypted run with {contributors} contributors")
+    values = reference_problem(int(seeds[0].generate_state(1)[0]))
+    encrypted, plain, wall, online, cells = _encrypted_median(
+        values, contributors, seed, rng
+    )
     return {
         "parameters": {
-            "range": [low, high],
+            "range": list(_MEDIAN_RANGE),
             "problem": "1000 x N(300, var 25) + 200 x N(500, var 200), rounded; "
             "spread_read_as_std: 25 and 200 read as standard deviations",
             "repetitions": repetitions,
@@ -487,8 +583,8 @@ def bench_median(
             "backend": "coincurve secp256k1",
             "authorities": 3,
             "contributors": contributors,
-            "sketch_cells": plain_sketch.size,
-            "ciphertext_bytes_per_sketch": 66 * plain_sketch.size,
+            "sketch_cells": cells,
+            "ciphertext_bytes_per_sketch": 66 * cells,
             "median": encrypted.median,
             "true_median": readings["variance"]["truth"],
             "same_as_plaintext": encrypted.released == plain.released,
@@ -505,22 +601,10 @@ def bench_median(
 # ------------------------------------------------------------------ plots
 
 
-def _plot(report: dict[str, Any], out: Path) -> list[str]:
-    import matplotlib
+SaveFigure = Callable[[Any, str], None]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    written = []
-
-    def save(fig: Any, name: str) -> None:
-        path = out.with_name(f"{out.stem}-{name}.png")
-        fig.tight_layout()
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-        plt.close(fig)
-        written.append(str(path))
-
-    tp = report["throughput"]
+def _plot_throughput(plt: Any, tp: dict[str, Any], save: SaveFigure) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     names = ["update", "query"]
     ours = [tp["fedleak_update_items_per_s"], tp["fedleak_query_items_per_s"]]
@@ -537,7 +621,8 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     ax.legend()
     save(fig, "throughput")
 
-    rec = report["recommender"]
+
+def _plot_recommender(plt: Any, rec: dict[str, Any], save: SaveFigure) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.plot(rec["fig_4_5a"]["true"], "o-", label="true", markersize=3)
     a.plot(
@@ -562,7 +647,8 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     b.legend()
     save(fig, "fig4_5")
 
-    hm = report["heatmaps"]
+
+def _plot_heatmaps(plt: Any, hm: dict[str, Any], save: SaveFigure) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(hm["fig_4_7"]["average_error"])
     ax.set_xlabel("time slot (hour)")
@@ -588,7 +674,8 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     b.set_title("Fig. 4.9: effect of the sketch (alpha = 0.1)")
     save(fig, "fig4_8_9")
 
-    med = report["median"]
+
+def _plot_median_size(plt: Any, med: dict[str, Any], save: SaveFigure) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.8))
     eps = [r["epsilon_delta"] for r in med["fig_4_10"]]
     err = np.array([r["mean_relative_error"] for r in med["fig_4_10"]]) * 100
@@ -614,6 +701,9 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     ax.set_title("Fig. 4.10: sketch size vs median error")
     ax.legend()
     save(fig, "fig4_10")
+
+
+def _plot_median_dp(plt: Any, med: dict[str, Any], save: SaveFigure) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.8))
     rows = [r for r in med["fig_4_11"] if r["dp_epsilon"] is not None]
     ax.errorbar(
@@ -640,6 +730,28 @@ def _plot(report: dict[str, Any], out: Path) -> list[str]:
     ax.set_title("Fig. 4.11: quality vs DP protection")
     ax.legend()
     save(fig, "fig4_11")
+
+
+def _plot(report: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+
+    def save(fig: Any, name: str) -> None:
+        path = out.with_name(f"{out.stem}-{name}.png")
+        fig.tight_layout()
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+        plt.close(fig)
+        written.append(str(path))
+
+    _plot_throughput(plt, report["throughput"], save)
+    _plot_recommender(plt, report["recommender"], save)
+    _plot_heatmaps(plt, report["heatmaps"], save)
+    _plot_median_size(plt, report["median"], save)
+    _plot_median_dp(plt, report["median"], save)
     return written
 
 

@@ -11,11 +11,15 @@
   for the embedding models;
 - :mod:`fedleak.data.checkins` -- FourSquare check-ins (public TSV format)
   and a synthetic check-in generator;
-- :mod:`fedleak.data.yelp` -- Yelp reviews (public JSON-lines format).
+- :mod:`fedleak.data.yelp` -- Yelp reviews (public JSON-lines format);
+- :mod:`fedleak.data.purchases` -- seed 004's synthetic shopping carts;
+- :mod:`fedleak.data.audit_tasks` -- small sets and replacement pools for
+  auditing DP-SGD (seed 002).
 """
 
 from __future__ import annotations
 
+from .audit_tasks import AUDIT_DATASETS, AuditTask, load_audit_task
 from .checkins import (
     CheckinTable,
     checkin_dataset,
@@ -44,6 +48,7 @@ from .properties import (
     apply_property,
     choose_property_subset,
 )
+from .purchases import skewed_purchases
 from .text import (
     PAD_ID,
     TEXT_TASK_DATASETS,
@@ -60,6 +65,8 @@ from .text import (
 from .yelp import read_yelp_businesses, read_yelp_reviews, yelp_dataset
 
 __all__ = [
+    "AUDIT_DATASETS",
+    "AuditTask",
     "CheckinTable",
     "DATASET_NAMES",
     "DEFAULT_DATA_DIRS",
@@ -80,6 +87,7 @@ __all__ = [
     "dataset_status",
     "find_data_dir",
     "fortunes_dataset",
+    "load_audit_task",
     "load_dataset",
     "load_fortunes",
     "load_text_task",
@@ -91,6 +99,7 @@ __all__ = [
     "read_idx",
     "read_yelp_businesses",
     "read_yelp_reviews",
+    "skewed_purchases",
     "synthetic_checkins",
     "tokenize",
     "write_idx",

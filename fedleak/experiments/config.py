@@ -20,9 +20,16 @@ An experiment file describes one Flower simulation::
     [federation]
     num_clients = 4
 
-Every section and key is documented on the models below. Unknown keys and bad
-values raise :class:`fedleak.errors.ConfigError` naming the key, e.g.
-``strategy.learning_rate: must be > 0 (got -0.1)``.
+Every section and key is documented on the models below; the sections the
+clients receive have one schema each, shared with the clients
+(:mod:`fedleak.settings`): ``[adversary]``
+(:class:`~fedleak.settings.AdversarySettings`), ``[target]``
+(:class:`~fedleak.settings.TargetSchedule`), ``[defenses]``
+(:class:`~fedleak.defenses.ClientDefenses`), and the task the other sections
+describe is a :class:`~fedleak.task.TaskSpec` (:meth:`ExperimentConfig.task`).
+Unknown keys and bad values (NaN and infinities included) raise
+:class:`fedleak.errors.ConfigError` naming the key, e.g.
+``strategy.learning_rate: Input should be greater than 0 (got -0.1)``.
 """
 
 from __future__ import annotations
@@ -34,30 +41,40 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError
 from fedleak.secagg.settings import ProtocolSettings
+from fedleak.settings import (
+    AdversarySettings,
+    ProtocolFacts,
+    RunContext,
+    TargetSchedule,
+    describe_validation_error,
+)
 
 if TYPE_CHECKING:  # the task module imports torch: load it when a task is built
     from fedleak.task import TaskSpec
 
 __all__ = [
-    "AdversaryConfig",
     "ClientConfig",
     "DataConfig",
-    "DefensesConfig",
     "EvaluationConfig",
     "ExperimentConfig",
     "FaultsConfig",
     "FederationConfig",
-    "MembershipAttackConfig",
     "ModelConfig",
     "PrivacyConfig",
-    "PropertyAttackConfig",
     "SecureAggregationConfig",
     "StrategyConfig",
-    "TargetConfig",
     "apply_overrides",
     "load_config",
     "parse_override",
@@ -230,109 +247,6 @@ class FaultsConfig(_Section):
         return self
 
 
-class PropertyAttackConfig(_Section):
-    """``[adversary.property]``: the property adversary (seed 000 Ch. 7.1.4-7.1.5).
-
-    The adversary's auxiliary data (Alg. 7's ``X_prop`` / ``X_nonprop``) are
-    its own records: half of them rendered with ``data.property_kind``.
-    """
-
-    pooling: Literal["max", "raw"] = Field(
-        "max", description="gradient features: global max pooling or raw"
-    )
-    aux_pairs: int = Field(1, ge=1, description="labelled gradient pairs per round")
-    aux_fraction: float = Field(
-        1.0, gt=0, le=1, description="fraction of a positive aux batch with it"
-    )
-    emulate: int = Field(
-        0, ge=0, description="other participants emulated; 0 = num_clients - 1"
-    )
-    alpha: float = Field(
-        0.0, ge=0, le=1, description="active attack: weight of the property loss"
-    )
-    head_learning_rate: float = Field(0.05, gt=0)
-
-
-class MembershipAttackConfig(_Section):
-    """``[adversary.membership]``: the embedding-layer membership adversary.
-
-    Seed 000 Ch. 7.1.3
-    (:class:`fedleak.clients.membership.EmbeddingMembershipAdversary`).
-    ``extra_tolerance`` is added to the float32 rounding tolerance when reading
-    changed embedding rows: under secure aggregation with model averaging set
-    it to about ``num_clients`` fixed-point steps.
-    """
-
-    extra_tolerance: float = Field(0.0, ge=0)
-
-
-class DefensesConfig(_Section):
-    """``[defenses]``: client-side defenses of seed 000 Ch. 7.3 (honest clients).
-
-    ``share_fraction`` < 1 uploads only that fraction of the largest update
-    coordinates; ``vocab_top_n`` > 0 restricts inputs and embedding uploads to
-    the top-N tokens; ``dp_noise_multiplier`` >= 0 trains with record-level
-    DP-SGD (Opacus) with clipping norm ``dp_max_grad_norm``. Participant-level
-    DP is ``[privacy]`` (Flower's wrappers).
-    """
-
-    share_fraction: float = Field(1.0, gt=0, le=1)
-    vocab_top_n: int = Field(0, ge=0, description="0 = no restriction")
-    dp_noise_multiplier: float = Field(-1.0, description="< 0 = no DP-SGD")
-    dp_max_grad_norm: float = Field(1.0, gt=0)
-    dp_delta: float = Field(1e-5, gt=0, lt=1)
-
-
-class AdversaryConfig(_Section):
-    """``[adversary]``: which client is an adversary, and of which kind.
-
-    ``kind = "none"`` makes every client honest. The adversary is client
-    ``partition``; it follows the protocol and observes on the side (its
-    observations go to ``<run dir>/adversary/``).
-    """
-
-    kind: Literal[
-        "none", "passive-property", "active-property", "embedding-membership"
-    ] = "none"
-    partition: int = Field(1, ge=0)
-    property: PropertyAttackConfig = PropertyAttackConfig()
-    membership: MembershipAttackConfig = MembershipAttackConfig()
-
-
-class TargetConfig(_Section):
-    """``[target]``: the target client's behaviour in property experiments.
-
-    The target is client ``data.property_target``; it holds the property
-    records of the ``property`` split. Under sync-SGD, in every *eligible*
-    round ``r`` with ``r % property_every == 0`` its batch has the property in
-    fraction ``batch_fraction`` (``1/m`` of its batches, seed 000 Ch. 7.2.3);
-    other batches have none. Rounds are eligible from ``join_round`` on and,
-    if ``property_rounds = [a, b]`` is given, only for ``a <= r < b``
-    (Ch. 7.2.4). Before ``join_round`` the target uploads a zero update (it
-    has not joined, Fig. 7.9). ``control = true`` never uses a record with
-    the property (control trials, Fig. 7.8). ``property_every = 0`` keeps
-    the honest batch order. Under model averaging the target trains on its
-    whole partition, whose share of property records is
-    ``data.property_target_fraction`` (the thesis' p-hat).
-    """
-
-    property_every: int = Field(2, ge=0)
-    batch_fraction: float = Field(1.0, gt=0, le=1)
-    property_rounds: list[int] = Field(default_factory=list)
-    join_round: int = Field(1, ge=1)
-    control: bool = False
-
-    @model_validator(mode="after")
-    def _window(self) -> TargetConfig:
-        r = self.property_rounds
-        if r and (len(r) != 2 or not 1 <= r[0] < r[1]):
-            raise ValueError(
-                "target.property_rounds: must be [a, b] with 1 <= a < b (rounds "
-                f"a to b-1), got {r}"
-            )
-        return self
-
-
 class ExperimentConfig(_Section):
     """A whole experiment file."""
 
@@ -348,9 +262,14 @@ class ExperimentConfig(_Section):
     privacy: PrivacyConfig = PrivacyConfig()
     secure_aggregation: SecureAggregationConfig = SecureAggregationConfig()
     faults: FaultsConfig = FaultsConfig()
-    adversary: AdversaryConfig = AdversaryConfig()
-    target: TargetConfig = TargetConfig()
-    defenses: DefensesConfig = DefensesConfig()
+    adversary: AdversarySettings = AdversarySettings()
+    target: TargetSchedule = TargetSchedule()
+    defenses: ClientDefenses = ClientDefenses()
+
+    @field_validator("defenses", mode="before")
+    @classmethod
+    def _defenses_off_sentinels(cls, value: Any) -> Any:
+        return ClientDefenses.decode(value) if isinstance(value, Mapping) else value
 
     @model_validator(mode="after")
     def _adversary(self) -> ExperimentConfig:
@@ -400,28 +319,24 @@ class ExperimentConfig(_Section):
     def client_config(self, run_dir: str = "") -> dict[str, Any]:
         """Entries the ClientApps receive beside ``task.*``.
 
-        ``adversary.*`` and ``target.*`` flatten those sections (nested keys
-        dotted, e.g. ``adversary.property.alpha``); ``protocol.*`` carry what
-        an adversary knows of the protocol (server step, reduction, number of
-        clients); ``experiment.run-dir`` is where observations go.
+        The ``to_config()`` of each settings object (:mod:`fedleak.settings`):
+        ``adversary.*``, ``target.*`` and ``defenses.*`` (nested keys dotted,
+        e.g. ``adversary.property.alpha``), ``protocol.*`` (what an adversary
+        knows of the protocol: server step, reduction, number of clients) and
+        ``experiment.run-dir`` (where observations go).
         """
-        out: dict[str, Any] = {}
-
-        def flatten(prefix: str, values: Mapping[str, Any]) -> None:
-            for key, value in values.items():
-                if isinstance(value, Mapping):
-                    flatten(f"{prefix}.{key}", value)
-                else:
-                    out[f"{prefix}.{key}"] = value
-
-        flatten("adversary", self.adversary.model_dump())
-        flatten("target", self.target.model_dump())
-        flatten("defenses", self.defenses.model_dump())
-        out["protocol.learning-rate"] = self.strategy.learning_rate
-        out["protocol.reduction"] = self.strategy.reduction
-        out["protocol.num-clients"] = self.federation.num_clients
-        out["experiment.run-dir"] = run_dir
-        return out
+        protocol = ProtocolFacts(
+            learning_rate=self.strategy.learning_rate,
+            reduction=self.strategy.reduction,
+            num_clients=self.federation.num_clients,
+        )
+        return {
+            **self.adversary.to_config(),
+            **self.target.to_config(),
+            **self.defenses.to_config(),
+            **protocol.to_config(),
+            **RunContext(run_dir=run_dir).to_config(),
+        }
 
     @model_validator(mode="after")
     def _secure_aggregation(self) -> ExperimentConfig:
@@ -521,24 +436,7 @@ class ExperimentConfig(_Section):
 
 
 def _describe(err: ValidationError, source: str) -> str:
-    parts = []
-    for item in err.errors():
-        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif item["type"] == "value_error":
-            message = message.removeprefix("Value error, ")
-            parts.append(f"{message}")
-            continue
-        got = item.get("input")
-        suffix = (
-            ""
-            if item["type"] in ("missing",) or isinstance(got, dict)
-            else f" (got {got!r})"
-        )
-        parts.append(f"{key}: {message}{suffix}")
-    return f"{source}: " + "; ".join(parts)
+    return f"{source}: " + "; ".join(describe_validation_error(err))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
