@@ -245,9 +245,7 @@ def test_training_picks_a_component_by_cluster_size_and_batches_at_rate_q(
         seed=0,
     ).fit(x, public=x[:5])
     np.testing.assert_allclose(model.weights_, [250 / 300, 50 / 300])
-    sizes = [
-        _CountingDPSGD.steps[id(c.module)] for c in model.components_
-    ]
+    sizes = [_CountingDPSGD.steps[id(c.module)] for c in model.components_]
     assert model.steps_ == 200 == len(sizes[0]) + len(sizes[1])
     assert len(sizes[0]) / 200 == pytest.approx(0.8, abs=0.12)
     for cluster, batches in zip((240, 60), sizes, strict=True):

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
 from fedleak.cli import app
 from fedleak.data import find_data_dir
 from fedleak.errors import ConfigError, DataError
-from fedleak.experiments.bench_property import analyse_run, run_property_bench
+from fedleak.experiments.bench_property import (
+    analyse_run,
+    load_truth,
+    run_property_bench,
+)
 from fedleak.experiments.config import load_config
 
 EXPERIMENTS = [
@@ -79,8 +84,14 @@ def test_quick_two_party_writes_json_plots_and_rescorable_runs(tmp_path):
     assert saved["summary"]["secagg_property"] == "inverted"
     assert "watermark_auc" not in saved["summary"]
     for row in saved["runs"]:
-        assert 0.0 <= row["auc"] <= 1.0
         assert len(row["series"]["scores"]) == 7  # rounds 1..7 observed in 2..8
+        # the recorded AUC is scikit-learn's ROC AUC of the recorded scores
+        # against the target's truth (property in the round's batch or not)
+        truth = load_truth(tmp_path / row["run_dir"] / "target" / "truth.jsonl")
+        labels = [1 if truth[r] > 0 else 0 for r in row["series"]["rounds"]]
+        assert row["auc"] == pytest.approx(
+            roc_auc_score(labels, row["series"]["scores"]), abs=1e-12
+        )
         # the observations on disk re-score to the recorded AUC
         assert analyse_run(tmp_path / row["run_dir"])["auc"] == row["auc"]
     assert "secagg_auc_difference" in saved["summary"]
