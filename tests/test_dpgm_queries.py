@@ -70,27 +70,35 @@ def test_clip_records_keeps_at_most_clip_items_per_record() -> None:
     assert (clipped.toarray() <= records).all()
 
 
-@pytest.mark.slow
 def test_mwem_answers_improve_with_epsilon() -> None:
+    """Fig. 5.5's MWEM curve: the error falls as epsilon grows.
+
+    1,500 transit-like records, 200 "any" queries, T = 20. Measured mean
+    relative errors over seeds 0-2: 1.67, 2.05, 1.72 at epsilon 0.05 and
+    1.02, 1.09, 1.07 at 5 (0.5 sits between: 1.20-1.43). Asserted: every
+    seed's error at 5 below every seed's at 0.05, the means apart by 0.3.
+    """
     records = transit_like(1500, seed=2)
     workload = random_item_queries(342, 14, n_queries=200, seed=3)
     truth = answer_queries(records, workload, "any")
 
-    def error(eps: float) -> float:
-        runs = [
-            relative_errors(
-                truth,
-                mwem(records, workload, eps, iterations=20, clip=6, seed=s).answer(
-                    workload, "any"
-                ),
-                1500,
-            ).mean()
+    def errors(eps: float) -> list[float]:
+        return [
+            float(
+                relative_errors(
+                    truth,
+                    mwem(records, workload, eps, iterations=20, clip=6, seed=s).answer(
+                        workload, "any"
+                    ),
+                    1500,
+                ).mean()
+            )
             for s in range(3)
         ]
-        return float(np.mean(runs))
 
-    low, high = error(0.05), error(5.0)
-    assert high < low
+    low, high = errors(0.05), errors(5.0)
+    assert max(high) < min(low), (low, high)
+    assert np.mean(low) - np.mean(high) > 0.3, (low, high)
     result = mwem(records, workload, 1.0, iterations=5, clip=6, seed=0)
     assert len(result.selected) == 5 and result.epsilon == 1.0
     assert np.all((result.item_frequencies() >= 0) & (result.item_frequencies() <= 1))
