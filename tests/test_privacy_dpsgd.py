@@ -23,6 +23,7 @@ from fedleak.privacy.dpsgd import (
     AdaptiveClipping,
     FixedClipping,
     dp_sgd_train,
+    torch_generator,
 )
 
 torch.set_num_threads(1)
@@ -256,4 +257,293 @@ def test_secure_mode_trains_without_a_seed() -> None:
             max_grad_norm=1.0,
             seed=1,
             secure_mode=True,
+        )
+
+
+# ------------------------------------------------------------ domains and wiring
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"noise_multiplier": -1.0},
+            r"^noise_multiplier must be a finite number >= 0; got -1\.0\.$",
+        ),
+        (
+            {"noise_multiplier": math.inf},
+            r"^noise_multiplier must be a finite number >= 0",
+        ),
+        ({"expected_batch_size": 0}, r"^expected_batch_size must be >= 1; got 0\.$"),
+        ({"lr": 0.0}, r"^lr must be > 0; got 0\.0\.$"),
+        (
+            {"neighbouring": "swap"},
+            r"^neighbouring must be 'add_remove' or 'replace_one'; got 'swap'\.$",
+        ),
+        (
+            {"secure_mode": True, "rng": 3},
+            r"^Passing seed is prohibited in secure mode\.$",
+        ),
+        (
+            {"per_sample": "loop"},
+            r"^per_sample must be 'ghost' or 'hooks'; got 'loop'\.$",
+        ),
+    ],
+)
+def test_dpsgd_refuses_bad_settings_naming_them(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    settings: dict[str, Any] = dict(
+        noise_multiplier=1.0,
+        clipping=FixedClipping(1.0),
+        expected_batch_size=4,
+        lr=0.1,
+        rng=0,
+    )
+    settings.update(kwargs)
+    with pytest.raises(ConfigError, match=message):
+        DPSGD(_mlp(), **settings)
+
+
+def test_dpsgd_refuses_modules_it_cannot_privatise() -> None:
+    common: dict[str, Any] = dict(
+        noise_multiplier=1.0, clipping=FixedClipping(1.0), expected_batch_size=4, lr=0.1
+    )
+    batch_norm = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    with pytest.raises(
+        ConfigError,
+        match=r"^the module has layers DP-SGD cannot handle: .*BatchNorm.*\. Replace "
+        r"them \(opacus\.validators\.ModuleValidator\.fix\) first\.$",
+    ):
+        DPSGD(batch_norm, **common)
+    frozen = nn.Linear(4, 2)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(
+        ConfigError, match=r"^the module has no trainable parameters\.$"
+    ):
+        DPSGD(frozen, **common)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: FixedClipping(0.0),
+            r"^max_grad_norm must be a finite number > 0; got 0\.0\.$",
+        ),
+        (
+            lambda: FixedClipping(math.inf),
+            r"^max_grad_norm must be a finite number > 0",
+        ),
+        (
+            lambda: AdaptiveClipping(0.0),
+            r"^sigma_c must be a finite number > 0; got 0\.0\.$",
+        ),
+        (lambda: AdaptiveClipping(math.inf), r"^sigma_c must be a finite number > 0"),
+        (
+            lambda: AdaptiveClipping(1.0, c_max=0.0),
+            r"^c_max must be > 0 and bins >= 1; got 0\.0, 100\.$",
+        ),
+        (
+            lambda: AdaptiveClipping(1.0, bins=0),
+            r"^c_max must be > 0 and bins >= 1; got 10\.0, 0\.$",
+        ),
+    ],
+)
+def test_clipping_settings_are_checked(make: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
+def test_clipping_boundaries_are_accepted() -> None:
+    assert AdaptiveClipping(1e-9, c_max=1e-9, bins=1).bins == 1
+    assert AdaptiveClipping(4.0).c_max == 10.0 and AdaptiveClipping(4.0).bins == 100
+    assert FixedClipping(1e-9).max_grad_norm == 1e-9
+
+
+def test_dpsgd_wires_its_options() -> None:
+    from opacus.grad_sample import (
+        GradSampleModule,
+        GradSampleModuleFastGradientClipping,
+    )
+
+    common: dict[str, Any] = dict(
+        noise_multiplier=0.0, clipping=FixedClipping(1.0), lr=0.25, rng=0
+    )
+    adam = DPSGD(_mlp(), expected_batch_size=1, optimizer="adam", **common)
+    assert isinstance(adam.optimizer, torch.optim.Adam)
+    assert adam.optimizer.param_groups[0]["lr"] == 0.25
+    sgd = DPSGD(_mlp(), expected_batch_size=1, **common)
+    assert type(sgd.optimizer) is torch.optim.SGD
+    assert sgd.optimizer.param_groups[0]["lr"] == 0.25
+    assert isinstance(sgd._grad_sample, GradSampleModuleFastGradientClipping)
+    hooks = DPSGD(_mlp(), expected_batch_size=1, per_sample="hooks", **common)
+    assert type(hooks._grad_sample) is GradSampleModule
+    assert sgd.noise_scale == 0.0 and sgd.expected_batch_size == 1
+    assert sgd.steps_taken == 0
+    sgd.step(None)
+    sgd.step(None)
+    assert sgd.steps_taken == 2
+    for trainer in (adam, sgd, hooks):
+        trainer.close()
+
+
+@pytest.mark.parametrize("per_sample", ["ghost", "hooks"])
+def test_small_gradients_are_not_scaled_up(
+    per_sample: Literal["ghost", "hooks"],
+) -> None:
+    """The clipping factor is min(1, C / ||g||): below the bound, the plain sum."""
+    x, y = _digits(6)
+    model, reference = _mlp(), _mlp()
+    loss = nn.functional.cross_entropy(reference(x), y, reduction="sum")
+    expected = torch.autograd.grad(loss, list(reference.parameters()))
+    trainer = DPSGD(
+        model,
+        noise_multiplier=0.0,
+        clipping=FixedClipping(1e3),
+        expected_batch_size=3,
+        lr=1.0,
+        rng=0,
+        per_sample=per_sample,
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    report = trainer.step(
+        lambda: nn.functional.cross_entropy(model(x), y, reduction="none")
+    )
+    assert report.batch_size == 6 and report.clip_norm == 1e3
+    assert report.mean_loss == pytest.approx(float(loss.detach()) / 6, rel=1e-5)
+    for b, p, e in zip(before, model.parameters(), expected, strict=True):
+        torch.testing.assert_close(b - p.detach(), e / 3, rtol=1e-4, atol=1e-6)
+    # afterwards no per-sample state is left on the parameters
+    trainer.close()
+    assert all(getattr(p, "grad_sample", None) is None for p in model.parameters())
+
+
+def test_step_refuses_a_batch_loss_that_is_not_per_record() -> None:
+    x, y = _digits(4)
+    model = _mlp()
+    trainer = DPSGD(
+        model,
+        noise_multiplier=1.0,
+        clipping=FixedClipping(1.0),
+        expected_batch_size=4,
+        lr=0.1,
+        rng=0,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^per_sample_loss must return one loss per record \(a 1-d tensor\)\.$",
+    ):
+        trainer.step(lambda: nn.functional.cross_entropy(model(x), y))
+    trainer.close()
+
+
+def test_noise_below_one_multiplier_is_still_added() -> None:
+    """sigma = 0.5 (add/remove): the empty step's update has std 0.5 C / L."""
+    layer = nn.Linear(200, 50, bias=False)
+    nn.init.zeros_(layer.weight)
+    trainer = DPSGD(
+        layer,
+        noise_multiplier=0.5,
+        clipping=FixedClipping(2.0),
+        expected_batch_size=1,
+        lr=1.0,
+        rng=0,
+    )
+    report = trainer.step(None)
+    assert report.batch_size == 0 and math.isnan(report.mean_loss)
+    # 10,000 draws: relative standard error of the std 0.7%
+    assert float(layer.weight.detach().std()) == pytest.approx(1.0, rel=0.05)
+
+
+def test_torch_generator_is_seeded_from_the_numpy_generator() -> None:
+    seed = int(np.random.default_rng(7).integers(0, 2**63 - 1))
+    generator = torch_generator(np.random.default_rng(7))
+    assert generator.initial_seed() == seed
+    assert torch_generator(np.random.default_rng(8)).initial_seed() != seed
+
+
+def test_dp_sgd_train_reports_progress_losses_and_its_settings() -> None:
+    x, y = _digits(40)
+    seen: list[tuple[int, int]] = []
+    result = dp_sgd_train(
+        _mlp(),
+        x,
+        y,
+        epochs=2,
+        batch_size=10,
+        lr=0.1,
+        noise_multiplier=1.3,
+        max_grad_norm=1.0,
+        seed=0,
+        delta=1e-3,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert seen == [(i, 8) for i in range(1, 9)]
+    assert result.delta == 1e-3 and result.sample_rate == 0.25
+    assert result.noise_multiplier == 1.3 and result.steps == 8
+    assert result.epsilon == pytest.approx(sgm_epsilon(0.25, 1.3, 8, 1e-3))
+    assert len(result.losses) == 2 and all(np.isfinite(result.losses))
+    assert result.clip_norms == [1.0] * 8
+    # a batch size equal to the data set and a single record are valid
+    one = dp_sgd_train(
+        _mlp(),
+        x[:1],
+        y[:1],
+        epochs=1,
+        batch_size=1,
+        lr=0.1,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        seed=0,
+        delta=0.5,
+    )
+    assert one.steps == 1 and one.sample_rate == 1.0 and one.delta == 0.5
+
+
+def test_dp_sgd_train_secure_mode_refuses_a_seed_with_the_remedy() -> None:
+    x, y = _digits(10)
+    with pytest.raises(
+        ConfigError,
+        match=r"^Passing seed is prohibited in secure mode: pass seed=None with "
+        r"secure_mode=True\.$",
+    ):
+        dp_sgd_train(
+            _mlp(),
+            x,
+            y,
+            epochs=1,
+            batch_size=5,
+            lr=0.1,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            seed=1,
+            secure_mode=True,
+        )
+    with pytest.raises(
+        ConfigError, match=r"need epochs >= 1 and 1 <= batch_size <= n=10"
+    ):
+        dp_sgd_train(
+            _mlp(),
+            x,
+            y,
+            epochs=1,
+            batch_size=11,
+            lr=0.1,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            seed=0,
+        )
+    with pytest.raises(ConfigError, match=r"got epochs=0, batch_size=5"):
+        dp_sgd_train(
+            _mlp(),
+            x,
+            y,
+            epochs=0,
+            batch_size=5,
+            lr=0.1,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            seed=0,
         )
