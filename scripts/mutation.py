@@ -112,6 +112,16 @@ def _equivalents() -> dict[str, str]:
     return table
 
 
+def _print_diff(mutant: str) -> None:
+    """Print the changed lines of one mutant."""
+    from mutmut.__main__ import find_mutant, get_diff_for_mutant
+
+    diff = get_diff_for_mutant(mutant, path=find_mutant(mutant).path)
+    for line in diff.splitlines():
+        if line[:1] in "+-" and line[:3] not in ("+++", "---"):
+            print("    " + line)
+
+
 def _summary(name: str) -> dict[str, Any]:
     results = _results()
     counts = Counter(results.values())
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     survivors = sub.add_parser("survivors", help="list the mutants not killed")
     survivors.add_argument("module_set")
+    survivors.add_argument("--diff", action="store_true", help="show each diff")
     show = sub.add_parser("show", help="print one mutant's diff")
     show.add_argument("module_set")
     show.add_argument("mutant")
@@ -179,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
             if status != "killed":
                 note = " (equivalent)" if key in equivalents else ""
                 print(f"{status:12s} {key}{note}")
+                if args.diff and not note:
+                    _print_diff(key)
         return
     summary = _summary(args.module_set)
     out: Path = args.out

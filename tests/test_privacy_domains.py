@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, DataError
 from fedleak.privacy import accounting as acc
 from fedleak.privacy import identifiability as ident
 from fedleak.privacy import mechanisms as mech
@@ -425,3 +425,291 @@ def test_mechanism_boundaries() -> None:
     out = mech.gaussian_mechanism(np.zeros(20_000), 2.0, epsilon=1.0, delta=1e-5, rng=1)
     # std = analytic sigma x sensitivity; 20,000 draws: relative SE 0.5%
     assert np.std(out) == pytest.approx(2.0 * mech.gaussian_sigma(1.0, 1e-5), rel=0.03)
+
+
+# ------------------------------------------------ Theorem 5, events, the ledger
+
+
+def test_dpgm_epsilon_honours_custom_orders_splits_and_kmeans_dpnorm() -> None:
+    lam = np.array([2.0, 4.0, 8.0])
+    splits = [[0.3, 0.7]]
+    common: dict[str, Any] = dict(q=0.02, sgd_steps=50, sigma_g=3.0)
+    sgd = acc.shared_batch_log_moment(0.02, (2.0, 3.0), lam, splits)
+    kmeans = acc.kmeans_log_moment(5, 6.0, 2.0, lam)  # DPNorm inside k-means too
+    expected = acc.epsilon_from_log_moments(50 * sgd + kmeans, 1e-5, lam)[0]
+    got = acc.dpgm_epsilon(
+        delta=1e-5,
+        sigma_c=2.0,
+        kmeans_iterations=5,
+        sigma_k=6.0,
+        lambdas=lam,
+        splits=splits,
+        kmeans_dpnorm=True,
+        **common,
+    )
+    assert got == pytest.approx(expected, rel=1e-12)
+    moment = acc.dpgm_log_moment(
+        sigma_c=2.0,
+        kmeans_iterations=5,
+        sigma_k=6.0,
+        lambdas=lam,
+        splits=splits,
+        **common,
+    )
+    np.testing.assert_allclose(
+        moment, 50 * sgd + acc.kmeans_log_moment(5, 6.0, None, lam), rtol=1e-12
+    )
+    # fixed clipping: the gradient's sampled Gaussian alone, at the custom orders
+    fixed = acc.dpgm_log_moment(
+        sigma_c=None, kmeans_iterations=0, sigma_k=None, lambdas=lam, **common
+    )
+    np.testing.assert_allclose(fixed, 50 * acc.sgm_log_moment(0.02, 3.0, lam))
+    with pytest.raises(
+        ConfigError, match=r"^sigma_k is needed when kmeans_iterations > 0\.$"
+    ):
+        acc.dpgm_log_moment(sigma_c=None, kmeans_iterations=1, sigma_k=None, **common)
+    with pytest.raises(ConfigError, match=r"^sgd_steps must be an int >= 0"):
+        acc.dpgm_epsilon(
+            q=0.02,
+            sgd_steps=-1,
+            sigma_g=3.0,
+            sigma_c=None,
+            kmeans_iterations=0,
+            sigma_k=None,
+            delta=1e-5,
+        )
+
+
+def test_shared_batch_splits_are_validated() -> None:
+    lam = np.array([1.0, 2.0])
+    for bad in ([[0.5, 0.6]], [[1.0, 0.0]], [[-0.5, 1.5]], [[0.2, 0.3, 0.5]]):
+        with pytest.raises(
+            ConfigError,
+            match=r"^splits must have rows of 2 positive weights summing to 1",
+        ):
+            acc.shared_batch_log_moment(0.1, (1.0, 2.0), lam, bad)
+    with pytest.raises(ConfigError, match=r"^pass explicit splits for 3 mechanisms"):
+        acc.shared_batch_log_moment(0.1, (1.0, 2.0, 3.0), lam)
+    with pytest.raises(
+        ConfigError, match=r"^noise multiplier must be a finite number > 0"
+    ):
+        acc.shared_batch_log_moment(0.1, (1.0, 0.0), lam)
+    three = acc.shared_batch_log_moment(0.1, (1.0, 2.0, 3.0), lam, [[0.2, 0.3, 0.5]])
+    expected = sum(
+        w * acc.sgm_log_moment(0.1, s, lam / w)
+        for w, s in zip((0.2, 0.3, 0.5), (1.0, 2.0, 3.0), strict=True)
+    )
+    np.testing.assert_allclose(three, expected)
+
+
+def test_events_and_ledger_use_the_accountants_orders() -> None:
+    lam = (1.5, 3.0, 7.0)
+    ledger = acc.MomentsAccountant(lambdas=lam)
+    ledger.compose(acc.GaussianEvent(4.0), 3)
+    ledger.compose(acc.SampledGaussianEvent(0.1, 2.0), 2)
+    ledger.compose(acc.SharedBatchEvent(0.1, (2.0, 3.0)))
+    grid = np.asarray(lam)
+    expected = (
+        3 * acc.gaussian_log_moment(4.0, grid)
+        + 2 * acc.sgm_log_moment(0.1, 2.0, grid)
+        + acc.shared_batch_log_moment(0.1, (2.0, 3.0), grid)
+    )
+    np.testing.assert_allclose(ledger.log_moments(), expected)
+    assert ledger.get_epsilon(1e-5) == pytest.approx(
+        acc.epsilon_from_log_moments(expected, 1e-5, grid)[0]
+    )
+    with pytest.raises(ConfigError, match=r"^count must be an int >= 0; got -1\.$"):
+        ledger.compose(acc.GaussianEvent(1.0), -1)
+    with pytest.raises(
+        ConfigError, match=r"^noise_multiplier must be a finite number > 0"
+    ):
+        ledger.compose(acc.GaussianEvent(0.0))
+    assert len(ledger.ledger) == 3  # refused events are not recorded
+
+
+# ------------------------------------------------------------------- DPNorm
+
+
+def test_dp_norm_domain_defaults_and_seeding() -> None:
+    from fedleak.privacy.dpnorm import dp_norm, norm_histogram
+
+    norms = [0.33, 0.34, 0.36, 7.0]
+    # sigma_C = 0 is allowed (no noise): the mode on the default grid (10 / 100)
+    assert dp_norm(norms, 0.0) == pytest.approx(0.4)
+    np.testing.assert_array_equal(
+        norm_histogram([0.05, 0.1, 0.11, 99.0], 1.0, 10)[[0, 1, 9]], [2, 1, 1]
+    )
+    assert dp_norm([9.99], 0.0, bins=1) == 10.0
+    for bad, message in (
+        (dict(sigma_c=-1.0), r"^sigma_c must be a finite number >= 0; got -1\.0\.$"),
+        (dict(sigma_c=math.inf), r"^sigma_c must be a finite number >= 0"),
+        (
+            dict(sigma_c=1.0, c_max=0.0),
+            r"^c_max must be a finite number > 0; got 0\.0\.$",
+        ),
+        (dict(sigma_c=1.0, c_max=math.inf), r"^c_max must be a finite number > 0"),
+        (dict(sigma_c=1.0, bins=0), r"^bins must be an int >= 1; got 0\.$"),
+        (dict(sigma_c=1.0, bins=2.5), r"^bins must be an int >= 1; got 2\.5\.$"),
+        (dict(sigma_c=1.0, bins=True), r"^bins must be an int >= 1; got True\.$"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            dp_norm(norms, **bad)
+    assert dp_norm(norms, 1.0, c_max=0.5, bins=1) == 0.5
+    # the seed fixes the noise; secure mode draws it from the OS and refuses one
+    picks = [dp_norm(norms, 50.0, rng=s) for s in range(6)]
+    assert picks == [dp_norm(norms, 50.0, rng=s) for s in range(6)]
+    assert len(set(picks)) > 1
+    assert 0 < dp_norm(norms, 1.0, secure_mode=True) <= 10.0
+    with pytest.raises(ConfigError, match="Passing seed is prohibited in secure mode"):
+        dp_norm(norms, 1.0, rng=1, secure_mode=True)
+
+
+# -------------------------------------------------------------- randomness
+
+
+def test_randomness_helpers_domains() -> None:
+    from fedleak.privacy.randomness import (
+        check_rng,
+        noise_laplace,
+        noise_normal,
+        secure_uniform,
+    )
+
+    assert secure_uniform(5).shape == (5,)
+    assert secure_uniform((2, 3)).shape == (2, 3)
+    assert noise_normal(1.0, 4, 0).shape == (4,)
+    assert noise_laplace(1.0, (2, 2), 0).shape == (2, 2)
+    # the default is the seeded path: the same seed gives the same numbers
+    np.testing.assert_array_equal(noise_normal(1.0, 3, 9), noise_normal(1.0, 3, 9))
+    np.testing.assert_array_equal(noise_laplace(1.0, 3, 9), noise_laplace(1.0, 3, 9))
+    message = (
+        r"^Passing seed is prohibited in secure mode: secure_mode=True draws noise "
+        r"from the OS CSPRNG; pass rng=None \(or secure_mode=False for reproducible "
+        r"experiments\)\.$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        noise_normal(1.0, 3, 0, secure_mode=True)
+    with pytest.raises(ConfigError, match=message):
+        noise_laplace(1.0, 3, 0, secure_mode=True)
+    with pytest.raises(
+        ConfigError,
+        match=r"^rng/seed must be a numpy Generator, a non-negative int or None; got -1\.$",
+    ):
+        check_rng(-1)
+    # secure Laplace noise: 20,000 draws of scale 2 have mean |x| = 2 (SE 0.7%)
+    draws = noise_laplace(2.0, 20_000, secure_mode=True)
+    assert np.mean(np.abs(draws)) == pytest.approx(2.0, rel=0.04)
+    assert abs(np.mean(draws)) < 0.1  # SE of the mean 0.02
+
+
+# ----------------------------------------------------------------- local DP
+
+
+def test_local_dp_domains_and_messages() -> None:
+    from fedleak.privacy import ldp
+
+    with pytest.raises(
+        ConfigError, match=r"^epsilon must be a positive finite number, got 0"
+    ):
+        ldp.randomized_response_probability(0.0)
+    with pytest.raises(
+        ConfigError, match=r"^epsilon must be a positive finite number, got inf"
+    ):
+        ldp.randomized_response_probability(math.inf)
+    for p in (0.0, 1.0):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^p must lie in \(0, 1\) for a finite epsilon, got {p}$",
+        ):
+            ldp.randomized_response_epsilon(p)
+    assert ldp.randomized_response_record_epsilon(0.5, 1) == 0.5
+    with pytest.raises(ConfigError, match=r"^num_features must be >= 1, got 0$"):
+        ldp.randomized_response_record_epsilon(0.5, 0)
+    with pytest.raises(
+        DataError,
+        match=r"^randomized_response expects binary features \(0/1 values\); binarise "
+        r"the data first or use laplace_pixelization for images",
+    ):
+        ldp.randomized_response(np.array([0, 2]), 1.0, np.random.default_rng(0))
+    # the defaults: one-pixel cells, one neighbour, values in [0, 1]
+    assert ldp.pixelization_scale(2.0) == pytest.approx(0.5)
+    assert ldp.pixelization_scale(
+        2.0, cell_size=2, neighborhood=3, value_range=4.0
+    ) == (pytest.approx(3 * 4.0 / (4 * 2.0)))
+    for bad in (dict(cell_size=0), dict(neighborhood=0), dict(value_range=0.0)):
+        with pytest.raises(
+            ConfigError,
+            match=r"^need cell_size >= 1, neighborhood >= 1 and value_range > 0",
+        ):
+            ldp.pixelization_scale(1.0, **bad)
+    images = np.full((2000, 4, 4), 0.5)
+    noisy = ldp.laplace_pixelization(
+        images,
+        4.0,
+        np.random.default_rng(0),
+        cell_size=2,
+        neighborhood=2,
+        value_range=2.0,
+        clip=False,
+    )
+    # every 2x2 cell shares one Laplace(2 * 2 / (4 * 4)) = Laplace(0.25) draw
+    assert (noisy[:, :2, :2] == noisy[:, :1, :1]).all()
+    cells = noisy[:, ::2, ::2].ravel() - 0.5
+    assert np.mean(np.abs(cells)) == pytest.approx(0.25, rel=0.05)  # 8,000 draws
+    assert noisy.min() < 0  # not clipped
+    clipped = ldp.laplace_pixelization(
+        images, 0.5, np.random.default_rng(0), value_range=2.0
+    )
+    assert clipped.min() >= 0.0 and clipped.max() <= 2.0 and clipped.max() > 1.0
+    with pytest.raises(
+        DataError,
+        match=r"^images must have shape \(n, H, W\) or \(n, C, H, W\), got \(4, 4\)$",
+    ):
+        ldp.laplace_pixelization(np.zeros((4, 4)), 1.0, np.random.default_rng(0))
+    np.testing.assert_allclose(
+        ldp.estimate_true_frequency([0.5, 0.75], math.log(3)), [0.5, 1.0]
+    )
+
+
+# ---------------------------------------------------------- syntactic privacy
+
+
+def test_syntactic_domains_and_messages() -> None:
+    from fedleak.privacy import syntactic as syn
+
+    with pytest.raises(DataError, match=r"^a table needs at least one column$"):
+        syn.Table({})
+    with pytest.raises(DataError, match=r"^every row must have 2 values \(age, zip\)$"):
+        syn.Table.from_rows([(1, 2), (3,)], ["age", "zip"])
+    table = syn.Table.from_rows([(30, "a"), (30, "b"), (40, "a")], ["age", "disease"])
+    assert table.column("age").dtype == object
+    with pytest.raises(ConfigError, match=r"^give at least one quasi-identifier$"):
+        syn.equivalence_classes(table, [])
+    empty = syn.Table({"age": np.array([]), "disease": np.array([])})
+    with pytest.raises(DataError, match=r"^the table is empty$"):
+        syn.equivalence_classes(empty, ["age"])
+    classes = syn.equivalence_classes(table, ["age"])
+    assert [c.tolist() for c in classes] == [[0, 1], [2]]
+    assert classes[0].dtype == np.int64
+    with pytest.raises(DataError, match=r"^sensitive values not in `order`: \['b'\]$"):
+        syn.t_closeness(table, ["age"], "disease", order=["a"])
+    # earth mover's distance on an ordered domain, normalised by (m - 1)
+    assert syn.earth_movers_distance([1, 0, 0], [0, 0, 1]) == 1.0
+    assert syn.earth_movers_distance([1, 0], [0, 1]) == 1.0
+    assert syn.earth_movers_distance([1, 1], [1, 0]) == pytest.approx(0.5)
+    assert syn.earth_movers_distance([3], [5]) == 0.0
+    assert syn.earth_movers_distance([1, 0, 0], [0, 0, 1], ordered=False) == 1.0
+    for p, q in (([1, 2], [1]), ([[1]], [[1]]), ([], [])):
+        with pytest.raises(DataError, match=r"^histograms must be 1-d of equal length"):
+            syn.earth_movers_distance(p, q)
+    for p, q in (
+        ([-1, 2], [1, 1]),
+        ([1, 1], [-1, 2]),
+        ([0, 0], [1, 1]),
+        ([1, 1], [0, 0]),
+    ):
+        with pytest.raises(
+            DataError, match=r"^histograms must be non-negative with positive mass$"
+        ):
+            syn.earth_movers_distance(p, q)
+    assert syn.earth_movers_distance([0, 1], [1, 1]) == pytest.approx(0.5)
