@@ -8,6 +8,7 @@ seed). Shapes that need the seeds' scale are benchmarks (``fedleak bench``).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from fedleak.dpgm import DPGM
@@ -107,3 +108,104 @@ def test_dpgm_answers_counting_queries_better_than_mwem() -> None:
             )
         assert errors["all"][0] < errors["all"][1], (seed, errors)
         assert errors["any"][0] < 0.75 * errors["any"][1], (seed, errors)
+
+
+def _watermark(images: np.ndarray, strength: float = 0.15) -> np.ndarray:
+    """A faint label-independent property: brighten the bottom-right 2x2 corner."""
+    out = images.reshape(-1, 8, 8).copy()
+    out[:, 6:, 6:] = np.clip(out[:, 6:, 6:] + strength, 0.0, 1.0)
+    return out.reshape(-1, 64)
+
+
+def _active_attack_auc(alpha: float, seed: int, rounds: int = 60) -> float:
+    """Two-party synchronized SGD on digits (Alg. 1 with a target and an adversary).
+
+    Each round the target uploads the gradient of a batch of 16 that carries the
+    watermark in half the rounds; the adversary uploads the multi-task gradient
+    (1 - alpha) L_main + alpha L_prop (Ch. 7.1.5) and keeps its head local; the
+    server steps with the sum. The adversary subtracts its own upload, so it
+    sees the target's gradient; Alg. 7's classifier (logistic, every gradient
+    entry) is trained on 4 auxiliary batch gradients a round and scores the
+    target's gradients. Returns the single-batch AUC over the rounds.
+    """
+    from fedleak.attacks.property import (
+        BatchPropertyClassifier,
+        gradient_features,
+        single_batch_auc,
+    )
+    from fedleak.attacks.property_gradients import (
+        PropertyHead,
+        apply_head_step,
+        multitask_gradient,
+        summed_batch_gradient,
+    )
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+    )
+    head = PropertyHead(32, seed=seed)
+    perm = rng.permutation(len(x))
+    target, adversary, auxiliary = perm[:600], perm[600:1200], perm[1200:]
+
+    def gradient(batch: np.ndarray, images: np.ndarray) -> dict[str, np.ndarray]:
+        return summed_batch_gradient(
+            model, torch.from_numpy(images), torch.from_numpy(y[batch]), batch.size
+        )
+
+    features, labels, observed, truth = [], [], [], []
+    for _ in range(rounds):
+        batch = rng.choice(target, 16)
+        has = bool(rng.integers(2))
+        target_update = gradient(batch, _watermark(x[batch]) if has else x[batch])
+        own = rng.choice(adversary, 16)
+        aux = rng.choice(auxiliary, 16)
+        marked = rng.random(16) < 0.5
+        aux_images = x[aux].copy()
+        aux_images[marked] = _watermark(aux_images[marked])
+        upload, head_gradient, _ = multitask_gradient(
+            model,
+            head,
+            (torch.from_numpy(x[own]), torch.from_numpy(y[own])),
+            (torch.from_numpy(aux_images), torch.from_numpy(marked.astype(np.int64))),
+            alpha,
+        )
+        apply_head_step(head, head_gradient, 0.5)
+        for label in (0, 0, 1, 1):
+            probe = rng.choice(auxiliary, 16)
+            images = _watermark(x[probe]) if label else x[probe]
+            features.append(gradient_features(gradient(probe, images), "raw"))
+            labels.append(label)
+        observed.append(gradient_features(target_update, "raw"))
+        truth.append(int(has))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                step = target_update[name] + upload[name]
+                p -= 0.1 * torch.from_numpy(step.astype(np.float32))
+    classifier = BatchPropertyClassifier(kind="logistic", random_state=0)
+    classifier.fit(np.array(features), np.array(labels))
+    return single_batch_auc(
+        np.array(truth), classifier.property_scores(np.array(observed))
+    )
+
+
+@pytest.mark.slow
+def test_a_stronger_alpha_raises_the_active_attack_signal() -> None:
+    """Fig. 7.6: the active adversary (alpha > 0) makes the shared model separate
+    the property, so the target's updates reveal it better than to the passive
+    one (alpha = 0).
+
+    Measured on seeds 0-5 (paired: same data, batches and initial weights):
+    AUC 0.82, 0.76, 0.72, 0.56, 0.78, 0.68 at alpha = 0 and 0.90, 0.88, 0.79,
+    0.72, 0.84, 0.71 at alpha = 0.9; every seed gains (0.03 to 0.17), the mean
+    gain 0.087 with standard error 0.020 over seeds. Asserted: a mean gain
+    above 0.03 (three standard errors below the measured one) and no seed
+    losing more than 0.05. About 40 s.
+    """
+    gains = [_active_attack_auc(0.9, s) - _active_attack_auc(0.0, s) for s in range(6)]
+    assert np.mean(gains) > 0.03, gains
+    assert min(gains) > -0.05, gains
