@@ -206,3 +206,134 @@ def test_normalized_classifier_ignores_the_scale_of_an_update():
     np.testing.assert_allclose(clf.property_scores(3.0 * x), clf.property_scores(x))
     plain = BatchPropertyClassifier().fit(x, y)
     assert not np.allclose(plain.property_scores(30.0 * x), plain.property_scores(x))
+
+
+# ------------------------------------------------ domains, defaults, formulas
+
+
+def test_feature_extraction_refusals_and_bow_threshold():
+    update = {
+        "w": np.array([[1.0, -3.0], [0.0, 2e-4], [0.0, 0.0]]),
+        "b": np.array([1.0, 2.0]),
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown pooling 'mean'; choose one of \['max', 'raw', 'bow'\]$",
+    ):
+        gradient_features(update, "mean")
+    with pytest.raises(
+        ConfigError, match=r"^the update has no tensor\(s\) \['x'\]; have \['w', 'b'\]$"
+    ):
+        gradient_features(update, layers=["x"])
+    with pytest.raises(
+        DataError, match=r"^the update holds no tensor to extract features from$"
+    ):
+        gradient_features({})
+    # bow: a row counts when its largest |entry| exceeds bow_tolerance x the tensor's
+    np.testing.assert_array_equal(
+        gradient_features(update, "bow", layers=["w"]), [1.0, 0.0, 0.0]
+    )
+    np.testing.assert_array_equal(
+        gradient_features(update, "bow", layers=["w"], bow_tolerance=5e-5),
+        [1.0, 1.0, 0.0],
+    )
+    np.testing.assert_array_equal(
+        gradient_features(update, "bow", layers=["b"]), [1.0, 2.0]
+    )
+    np.testing.assert_array_equal(
+        gradient_features(update, layers=["w"]), [1.0, 2e-4, 0.0]
+    )
+    assert gradient_features(update).dtype == np.float64
+
+
+def test_classifier_settings_reach_the_estimators():
+    x, y = separable(120, 6, 1.0, seed=11)
+    forest = BatchPropertyClassifier(n_estimators=7, random_state=3).fit(x, y)
+    assert forest.get_params() == {
+        "kind": "random-forest",
+        "n_estimators": 7,
+        "C": 1.0,
+        "random_state": 3,
+        "normalize": False,
+    }
+    trees = forest.estimator_[-1]
+    assert len(trees.estimators_) == 7 and trees.random_state == 3 and trees.n_jobs == 1
+    logistic = BatchPropertyClassifier(kind="logistic", C=0.25).fit(x, y)
+    assert (
+        logistic.estimator_[-1].C == 0.25 and logistic.estimator_[-1].max_iter == 2000
+    )
+    assert [type(s).__name__ for s in logistic.estimator_] == [
+        "StandardScaler",
+        "LogisticRegression",
+    ]
+    normal = BatchPropertyClassifier(kind="logistic", normalize=True).fit(x, y)
+    assert type(normal.estimator_[0]).__name__ == "Normalizer"
+    assert forest.classes_.tolist() == [0, 1] and forest.n_features_in_ == 6
+    scores = forest.property_scores(x)
+    np.testing.assert_array_equal(forest.predict(x), (scores >= 0.5).astype(np.int64))
+    np.testing.assert_allclose(forest.predict_proba(x).sum(axis=1), 1.0)
+    with pytest.raises(ConfigError, match=r"^n_estimators must be >= 1, got 0$"):
+        BatchPropertyClassifier(n_estimators=0).fit(x, y)
+    with pytest.raises(ConfigError, match=r"^C must be > 0, got 0\.0$"):
+        BatchPropertyClassifier(kind="logistic", C=0.0).fit(x, y)
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown classifier kind 'svm'; choose one of \['random-forest', 'logistic'\]$",
+    ):
+        BatchPropertyClassifier(kind="svm").fit(x, y)
+    with pytest.raises(ConfigError, match=r"^call fit before predict_proba$"):
+        BatchPropertyClassifier().predict_proba(x)
+    with pytest.raises(
+        DataError,
+        match=r"^expected features of shape \(n, 6\), got \(3, 4\): extract them with the same pooling and model$",
+    ):
+        forest.predict_proba(np.zeros((3, 4)))
+    with pytest.raises(
+        DataError,
+        match=r"^the batch property classifier needs gradients of batches with \(label 1\) and without \(label 0\) the property; got labels \[1\]$",
+    ):
+        BatchPropertyClassifier().fit(x, np.ones(120))
+    with pytest.raises(
+        DataError, match=r"^features must be 2-D \(n, d\), got shape \(120,\)$"
+    ):
+        BatchPropertyClassifier().fit(x[:, 0], y)
+    with pytest.raises(
+        DataError, match=r"^120 feature rows but labels of shape \(119,\)$"
+    ):
+        BatchPropertyClassifier().fit(x, y[:-1])
+    with pytest.raises(
+        ConfigError, match=r"^top_features needs a fitted logistic classifier$"
+    ):
+        forest.top_features()
+    with pytest.raises(
+        ConfigError, match=r"^top_features needs a fitted logistic classifier$"
+    ):
+        BatchPropertyClassifier(kind="logistic").top_features()
+    coef = logistic.estimator_[-1].coef_[0]
+    np.testing.assert_array_equal(
+        logistic.top_features(2), np.argsort(-coef, kind="stable")[:2]
+    )
+    assert logistic.top_features().size == 5
+
+
+def test_scoring_helpers_refusals_and_windows():
+    with pytest.raises(DataError, match=r"^truth \(2,\) and scores \(3,\) differ$"):
+        single_batch_auc(np.array([0, 1]), np.array([0.1, 0.2, 0.3]))
+    with pytest.raises(
+        DataError,
+        match=r"^the AUC needs observed updates with and without the property",
+    ):
+        single_batch_auc(np.zeros(3), np.ones(3))
+    with pytest.raises(DataError, match=r"^no observed round to score$"):
+        dataset_score(np.array([]))
+    with pytest.raises(ConfigError, match=r"^window must be >= 1, got 0$"):
+        score_series(np.array([1]), np.array([0.5]), window=0)
+    with pytest.raises(DataError, match=r"^rounds \(2,\) and scores \(1,\) differ$"):
+        score_series(np.array([1, 2]), np.array([0.5]))
+    rounds, smooth = score_series(
+        np.array([4, 1, 3, 2]), np.array([4.0, 1.0, 3.0, 2.0]), window=3
+    )
+    assert rounds.tolist() == [1, 2, 3, 4]
+    np.testing.assert_allclose(smooth, [1.0, 1.5, 2.0, 3.0])
+    assert score_series(np.array([]), np.array([]), window=2)[1].size == 0
+    assert single_batch_auc(np.array([1, 0]), np.array([0.2, 0.8])) == 0.0
