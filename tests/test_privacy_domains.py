@@ -713,3 +713,114 @@ def test_syntactic_domains_and_messages() -> None:
         ):
             syn.earth_movers_distance(p, q)
     assert syn.earth_movers_distance([0, 1], [1, 1]) == pytest.approx(0.5)
+
+
+# ------------------------------------------------ noise drawn from the seed, by hand
+
+
+def test_seeded_noise_is_added_not_subtracted() -> None:
+    """With a seed, the released value is the true one plus the generator's next
+    draw (so a run can be replayed): checked against a replayed generator."""
+    from fedleak.privacy.dpnorm import dp_norm, norm_histogram
+    from fedleak.privacy.ldp import laplace_pixelization
+
+    out = mech.gaussian_mechanism(1.5, 2.0, sigma=0.7, rng=np.random.default_rng(3))
+    assert isinstance(out, float)
+    assert out == 1.5 + np.random.default_rng(3).normal(0.0, 0.7 * 2.0, size=())
+    out = mech.laplace_mechanism(1.5, 2.0, 0.5, rng=np.random.default_rng(3))
+    assert isinstance(out, float)
+    assert out == pytest.approx(
+        1.5 + np.random.default_rng(3).laplace(0.0, 4.0, size=())
+    )
+    vector = mech.gaussian_mechanism(np.array([1, 2]), 1.0, sigma=1.0, rng=0)
+    assert vector.dtype == np.float64 and vector.shape == (2,)
+    norms = [0.1, 0.2, 0.2, 0.35, 0.9]
+    counts = norm_histogram(norms, 1.0, 10)
+    noisy = counts + np.random.default_rng(8).normal(0.0, math.sqrt(2) * 0.8, 10)
+    assert dp_norm(norms, 0.8, c_max=1.0, bins=10, rng=np.random.default_rng(8)) == (
+        pytest.approx((int(np.argmax(noisy)) + 1) / 10)
+    )
+    images = np.arange(32, dtype=np.float64).reshape(2, 4, 4) / 32
+    got = laplace_pixelization(
+        images, 2.0, np.random.default_rng(5), cell_size=2, clip=False
+    )
+    replay = np.random.default_rng(5)
+    expected = np.empty_like(images)
+    for top in (0, 2):
+        for left in (0, 2):
+            cell = images[:, top : top + 2, left : left + 2]
+            mean = cell.mean(axis=(-2, -1), keepdims=True)
+            expected[:, top : top + 2, left : left + 2] = mean + replay.laplace(
+                0.0, 1.0 / (4 * 2.0), size=mean.shape
+            )
+    np.testing.assert_allclose(got, expected)
+    integers = laplace_pixelization(
+        np.ones((3, 2, 2), dtype=np.int64),
+        1.0,
+        np.random.default_rng(0),
+        value_range=1.0,
+    )
+    assert integers.dtype == np.float64 and not np.all(integers == np.rint(integers))
+
+
+def test_remaining_wiring_of_accounting_and_dp_sgd() -> None:
+    from fedleak.privacy.dpsgd import AdaptiveClipping, FixedClipping, step_event
+
+    with pytest.raises(ConfigError, match=r"^unsupported privacy event 'gaussian'\.$"):
+        acc.MomentsAccountant().compose("gaussian")  # type: ignore[arg-type]
+    assert step_event(0.1, 1.3, FixedClipping(1.0)) == acc.SampledGaussianEvent(
+        0.1, 1.3
+    )
+    assert step_event(0.1, 1.3, AdaptiveClipping(4.0)) == acc.SharedBatchEvent(
+        0.1, (4.0, 1.3)
+    )
+    # Theorem 5 at custom orders differs from the default grid's value here
+    lam = np.array([3.0, 5.0])
+    common: dict[str, Any] = dict(
+        q=0.02,
+        sgd_steps=50,
+        sigma_g=3.0,
+        sigma_c=2.0,
+        kmeans_iterations=5,
+        sigma_k=6.0,
+        delta=1e-5,
+    )
+    moments = acc.dpgm_log_moment(
+        q=0.02,
+        sgd_steps=50,
+        sigma_g=3.0,
+        sigma_c=2.0,
+        kmeans_iterations=5,
+        sigma_k=6.0,
+        lambdas=lam,
+    )
+    custom = acc.dpgm_epsilon(lambdas=lam, **common)
+    assert custom == pytest.approx(acc.epsilon_from_log_moments(moments, 1e-5, lam)[0])
+    assert custom != pytest.approx(acc.dpgm_epsilon(**common))
+
+
+def test_emd_defaults_to_the_unordered_distance_and_one_bin_is_zero() -> None:
+    from fedleak.privacy import syntactic as syn
+
+    p, q = [1, 0, 0], [0, 1, 0]
+    assert syn.earth_movers_distance(p, q) == 1.0  # variational (categorical)
+    assert syn.earth_movers_distance(p, q, ordered=True) == pytest.approx(0.5)
+    assert syn.earth_movers_distance([3], [5], ordered=True) == 0.0
+    assert syn.earth_movers_distance([1, 0], [0, 1], ordered=True) == 1.0
+    # t-closeness over a domain sorted as strings ('10' < '9'), codes per class
+    table = syn.Table.from_rows([(1, 9), (1, 10), (2, 10), (2, 10)], ["zip", "salary"])
+    assert syn.t_closeness(table, ["zip"], "salary") == pytest.approx(0.25)
+    assert syn.t_closeness(table, ["zip"], "salary", order=[9, 10]) == pytest.approx(
+        0.25
+    )
+    with pytest.raises(
+        DataError, match=r"^sensitive values not in `order`: \[10, 9\]$"
+    ):
+        syn.t_closeness(table, ["zip"], "salary", order=[1])
+
+
+def test_t_closeness_accepts_mixed_sensitive_values() -> None:
+    from fedleak.privacy import syntactic as syn
+
+    table = syn.Table.from_rows([(1, "x"), (1, 3), (2, 3), (2, 3)], ["zip", "v"])
+    assert syn.t_closeness(table, ["zip"], "v") == pytest.approx(0.25)

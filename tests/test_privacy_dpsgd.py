@@ -547,3 +547,120 @@ def test_dp_sgd_train_secure_mode_refuses_a_seed_with_the_remedy() -> None:
             max_grad_norm=1.0,
             seed=0,
         )
+
+
+class _RecordingDPSGD:
+    """Stands in for DPSGD: records the settings dp_sgd_train passes."""
+
+    made: list[dict[str, Any]] = []  # noqa: RUF012
+
+    def __init__(self, module: nn.Module, **kwargs: Any) -> None:
+        _RecordingDPSGD.made.append(kwargs)
+
+    def step(self, per_sample_loss: Any) -> Any:
+        from fedleak.privacy.dpsgd import StepReport
+
+        return StepReport(batch_size=0, clip_norm=1.0, mean_loss=float("nan"))
+
+    def close(self) -> nn.Module:
+        return nn.Linear(1, 1)
+
+
+def test_dp_sgd_train_passes_its_settings_to_the_trainer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("fedleak.privacy.dpsgd.DPSGD", _RecordingDPSGD)
+    _RecordingDPSGD.made = []
+    x, y = _digits(20)
+    clipping = AdaptiveClipping(3.0)
+    result = dp_sgd_train(
+        _mlp(),
+        x,
+        y,
+        epochs=1,
+        batch_size=5,
+        lr=0.3,
+        noise_multiplier=1.1,
+        max_grad_norm=9.0,
+        seed=None,
+        clipping=clipping,
+        optimizer="adam",
+        secure_mode=True,
+        per_sample="hooks",
+    )
+    (settings,) = _RecordingDPSGD.made
+    assert settings["noise_multiplier"] == 1.1 and settings["clipping"] is clipping
+    assert settings["expected_batch_size"] == 5 and settings["lr"] == 0.3
+    assert settings["optimizer"] == "adam" and settings["per_sample"] == "hooks"
+    assert settings["secure_mode"] is True and settings["rng"] is None
+    assert math.isnan(result.losses[0])  # every step reported an empty batch
+    _RecordingDPSGD.made = []
+    dp_sgd_train(
+        _mlp(),
+        x,
+        y,
+        epochs=1,
+        batch_size=5,
+        lr=0.3,
+        noise_multiplier=1.1,
+        max_grad_norm=9.0,
+        seed=4,
+    )
+    (settings,) = _RecordingDPSGD.made
+    assert settings["clipping"] == FixedClipping(9.0)
+    assert settings["optimizer"] == "sgd" and settings["per_sample"] == "ghost"
+    assert settings["secure_mode"] is False
+    assert isinstance(settings["rng"], np.random.Generator)
+
+
+def test_dp_sgd_train_without_noise_spends_an_infinite_epsilon() -> None:
+    x, y = _digits(20)
+    result = dp_sgd_train(
+        _mlp(),
+        x,
+        y,
+        epochs=1,
+        batch_size=10,
+        lr=0.1,
+        noise_multiplier=0.0,
+        max_grad_norm=1.0,
+        seed=0,
+    )
+    assert result.epsilon == math.inf
+    with pytest.raises(
+        DataError,
+        match=r"^x and y must be non-empty with the same length; got 20 and 19\.$",
+    ):
+        dp_sgd_train(
+            _mlp(),
+            x,
+            y[:19],
+            epochs=1,
+            batch_size=10,
+            lr=0.1,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            seed=0,
+        )
+
+
+def test_hooks_mode_refuses_a_trainable_layer_the_loss_does_not_use() -> None:
+    x, y = _digits(4)
+    model = nn.ModuleDict({"used": nn.Linear(64, 10), "unused": nn.Linear(3, 3)})
+    trainer = DPSGD(
+        model,
+        noise_multiplier=1.0,
+        clipping=FixedClipping(1.0),
+        expected_batch_size=4,
+        lr=0.1,
+        rng=0,
+        per_sample="hooks",
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^a trainable parameter got no per-sample gradient; every trainable "
+        r"layer must be used by the loss\.$",
+    ):
+        trainer.step(
+            lambda: nn.functional.cross_entropy(model["used"](x), y, reduction="none")
+        )
