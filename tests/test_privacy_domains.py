@@ -824,3 +824,10 @@ def test_t_closeness_accepts_mixed_sensitive_values() -> None:
 
     table = syn.Table.from_rows([(1, "x"), (1, 3), (2, 3), (2, 3)], ["zip", "v"])
     assert syn.t_closeness(table, ["zip"], "v") == pytest.approx(0.25)
+
+
+def test_the_ledger_checks_its_own_orders_before_recording() -> None:
+    ledger = acc.MomentsAccountant(lambdas=(0.0, 2.0))
+    with pytest.raises(ConfigError, match=r"^moment orders lambda must be"):
+        ledger.compose(acc.GaussianEvent(1.0))
+    assert ledger.ledger == []
