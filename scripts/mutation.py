@@ -10,8 +10,9 @@ the set's files and tests from ``[tool.fedleak.mutation.<set>]`` in
     python scripts/mutation.py show NAME            # the diff of one mutant
     python scripts/mutation.py record privacy       # score -> benchmarks/mutation.json
 
-Each set works in its own ``mutants/<set>/`` (links to the checkout plus
-mutmut's ``mutants/`` copy and cached results); delete it to start afresh.
+Each set works in its own ``mutants/<set>/`` (a copy of the import tree, links
+to the tests, mutmut's ``mutants/`` copy and cached results); delete it to
+start afresh.
 Equivalent mutants are listed, with the reason, in
 ``benchmarks/mutation-equivalents.md`` (a table whose first column is the
 mutant's name); ``record`` subtracts them from the total:
@@ -25,6 +26,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
 import tomllib
 from collections import Counter
@@ -34,7 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
-LINKED = ("fedleak", "strategies", "clients", "attacks", "tests", "sim_configs")
+FOLDED = ("attacks", "clients", "strategies")
+LINKED = ("tests", "sim_configs")
 RECORD = ROOT / "benchmarks" / "mutation.json"
 EQUIVALENTS = ROOT / "benchmarks" / "mutation-equivalents.md"
 
@@ -62,15 +65,39 @@ def _configure(name: str) -> None:
     cfg.pytest_add_cli_args_test_selection = list(chosen["tests"])
 
 
-def _enter(name: str) -> None:
-    """Work in ``mutants/<set>/``, a folder of links to the checkout.
+def _sync_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` into ``target`` (keeping times), skipping caches."""
+    for path in source.rglob("*"):
+        if "__pycache__" in path.parts or path.is_dir():
+            continue
+        copy = target / path.relative_to(source)
+        if copy.exists() and copy.read_bytes() == path.read_bytes():
+            continue
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, copy)
 
-    mutmut copies the sources into ``./mutants`` of its working folder; one
-    folder per set keeps each set's cached results apart.
+
+def _enter(name: str) -> None:
+    """Work in ``mutants/<set>/``: one import tree ``fedleak`` plus links.
+
+    mutmut names a mutant after its file's path, so ``attacks/x.py`` must sit
+    at ``fedleak/attacks/x.py`` to match the module the tests import
+    (``fedleak.attacks.x``): the folder holds a copy of ``fedleak/`` with
+    ``attacks/``, ``clients/`` and ``strategies/`` inside, refreshed at every
+    call, and links to ``tests/``, ``sim_configs/`` and ``pyproject.toml``.
+    mutmut then copies that tree into ``./mutants`` and caches its results
+    there, one folder per set.
     """
     _set(name)
     work = WORK / name
     work.mkdir(parents=True, exist_ok=True)
+    for entry in ("fedleak", *FOLDED):
+        stale = work / entry
+        if stale.is_symlink():
+            stale.unlink()
+    _sync_tree(ROOT / "fedleak", work / "fedleak")
+    for folder in FOLDED:
+        _sync_tree(ROOT / folder, work / "fedleak" / folder)
     for entry in (*LINKED, "pyproject.toml"):
         link = work / entry
         if not link.is_symlink():
