@@ -831,3 +831,33 @@ def test_the_ledger_checks_its_own_orders_before_recording() -> None:
     with pytest.raises(ConfigError, match=r"^moment orders lambda must be"):
         ledger.compose(acc.GaussianEvent(1.0))
     assert ledger.ledger == []
+
+
+def test_ordered_emd_uses_both_histograms_and_t_closeness_a_given_order() -> None:
+    from fedleak.privacy import syntactic as syn
+
+    assert syn.earth_movers_distance([0, 0, 1], [1, 0, 0], ordered=True) == 1.0
+    assert syn.earth_movers_distance(
+        [1, 1, 0], [0, 0, 1], ordered=True
+    ) == pytest.approx(0.75)
+    table = syn.Table.from_rows([(1, 1), (1, 2), (2, 2), (2, 2)], ["zip", "v"])
+    # an order listing a value no record holds: the domain keeps its length
+    assert syn.t_closeness(table, ["zip"], "v", order=[1, 2, 3]) == pytest.approx(0.125)
+
+
+def test_the_package_loads_dp_sgd_lazily() -> None:
+    import fedleak.privacy as privacy
+    from fedleak.privacy import dpsgd
+
+    for name in (
+        "DPSGD",
+        "AdaptiveClipping",
+        "FixedClipping",
+        "dp_sgd_train",
+        "DPTrainResult",
+    ):
+        assert getattr(privacy, name) is getattr(dpsgd, name)
+    with pytest.raises(
+        AttributeError, match=r"^module 'fedleak\.privacy' has no attribute 'nothing'$"
+    ):
+        _ = privacy.nothing
