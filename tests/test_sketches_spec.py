@@ -647,3 +647,66 @@ def test_fiat_shamir_challenge_is_the_tagged_sha256_of_the_points() -> None:
         eg._challenge(*points)
         == int.from_bytes(digest.digest(), "big") % eg.CURVE_ORDER
     )
+
+
+def _planted(sketch_cls, depth: int, width: int, item: int, at_item: int, rest: int):
+    """A table holding ``at_item`` in the item's bucket of every row and ``rest``
+    in another bucket of the row (so every row sums to the same total)."""
+    template = sketch_cls(depth, width, seed=4)
+    table = np.zeros((depth, width), dtype=np.int64)
+    buckets = template.buckets(item)[:, 0]
+    for row, bucket in enumerate(buckets):
+        table[row, bucket] = at_item
+        table[row, (bucket + 1) % width] += rest
+    return template.with_table(table)
+
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_count_mean_min_subtracts_the_rows_other_mass_over_w_minus_1(
+    width: int,
+) -> None:
+    """Deng & Rafiei's Count-Mean-Min: median_j (c_j - (N - c_j) / (w - 1)),
+    clipped to [0, min_j c_j]; values chosen so the clip does not bind."""
+    item = 17
+    sketch = _planted(CountMinSketch, 3, width, item, at_item=3, rest=2)
+    noise = (5 - 3) / (width - 1)
+    assert sketch.estimate_debiased(item) == pytest.approx(3 - noise)
+    assert 0 < 3 - noise < 3  # inside the clip bounds: 2.33 (w = 4), 1 (w = 2)
+    small = _planted(CountMinSketch, 3, width, item, at_item=1, rest=1)
+    assert small.estimate_debiased(item) == pytest.approx(
+        1 - 1 / (width - 1) if width > 2 else 0.0
+    )
+    # each item is debiased on its own rows, and the shape of the query is kept
+    assert sketch.estimate_debiased(item).shape == ()
+    assert sketch.estimate_debiased([[item]]).shape == (1, 1)
+    assert sketch.estimate(item).shape == () and sketch.estimate(item).dtype == np.int64
+    assert sketch.estimate([[item, item]]).shape == (1, 2)
+    two = CountMinSketch(3, 64, seed=4)
+    two.update([1] * 9 + [2] * 3)
+    estimates = two.estimate_debiased([1, 2])
+    assert estimates[0] > estimates[1] > 0
+
+
+def test_count_min_bound_reads_the_first_row_and_count_sketch_the_smallest_f2() -> None:
+    table = np.array([[4, -1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 2]])
+    cms = CountMinSketch(3, 4).with_table(table)
+    assert cms.error_bound() == pytest.approx(math.e / 4 * 5)
+    cs = CountSketch(2, 4).with_table(np.array([[2, -2, 0, 0], [3, 0, 0, 0]]))
+    assert cs.standard_error() == pytest.approx(
+        math.sqrt(2 * 8 / (4 * 2))
+    )  # F2 rows 8, 9
+    assert cs.estimate_sum(5).shape == () and cs.estimate_sum([[5, 6]]).shape == (1, 2)
+
+
+def test_from_error_defaults_one_item_and_passes_the_seed() -> None:
+    assert CountMinSketch.from_error(0.5, 0.05).depth == 3  # ceil(ln(1 / 0.05))
+    assert CountMinSketch.from_error(0.5, 0.05, seed=5).seed == 5
+    assert CountSketch.from_error(0.5, 0.05).depth == 3
+    assert CountSketch.from_error(0.5, 0.05, seed=5).seed == 5
+
+
+def test_ciphertexts_add_componentwise() -> None:
+    eg, _, key = _keys(1)
+    first, second = eg.encrypt([1, 2], key, np.random.default_rng(0))
+    total = first + second
+    assert total.a == eg.add(first.a, second.a) and total.b == eg.add(first.b, second.b)
