@@ -152,7 +152,6 @@ def test_known_value_from_the_project_perf_anchors() -> None:
     assert sgm_epsilon(0.01, 1.1, 10_000, 1e-5) == pytest.approx(5.632011, abs=1e-5)
 
 
-@pytest.mark.slow
 @settings(max_examples=6, deadline=None)
 @given(
     q=st.floats(0.001, 0.3),
@@ -168,7 +167,6 @@ def test_sgm_epsilon_is_monotone_in_steps_and_q(
     assert sgm_epsilon(min(1.0, q * 1.5), sigma, steps, 1e-5) >= base - 1e-9
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("eps", "q", "steps"), [(1.0, 0.01, 1000), (4.0, 0.05, 300)])
 def test_noise_multiplier_calibration_never_overshoots(
     eps: float, q: float, steps: int
