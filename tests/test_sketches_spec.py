@@ -714,3 +714,25 @@ def test_ciphertexts_add_componentwise() -> None:
     first, second = eg.encrypt([1, 2], key, np.random.default_rng(0))
     total = first + second
     assert total.a == eg.add(first.a, second.a) and total.b == eg.add(first.b, second.b)
+
+
+def test_count_sketch_sizing_and_coefficient_dtype() -> None:
+    assert CountSketch.from_error(0.5, 0.05, n_items=10).depth == math.ceil(
+        math.log(200)
+    )
+    # w = ceil(e / 0.0518) = 53 is odd: rounded up to the next even width
+    assert CountSketch.from_error(0.0518, 0.1).width == 54
+    assert CountSketch(2, 4, seed=1).coefficients([3]).dtype == np.int64
+
+
+def test_encrypt_uses_the_first_precomputed_pairs() -> None:
+    eg, auths, key = _keys(1)
+    pairs = eg.precompute_randomness(3, key, np.random.default_rng(1))
+    (ct,) = eg.encrypt([2], key, randomness=pairs)  # more pairs than values
+    assert ct.a == pairs[0][0]
+    assert (
+        eg.joint_decrypt(
+            ct, [auths[0].decryption_share(ct)], key, eg.DiscreteLogTable(5)
+        )
+        == 2
+    )
