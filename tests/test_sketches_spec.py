@@ -736,3 +736,48 @@ def test_encrypt_uses_the_first_precomputed_pairs() -> None:
         )
         == 2
     )
+
+
+def test_private_median_defaults() -> None:
+    values = [np.array([3, 5, 8]), np.array([1, 9])]
+    default = private_median(values, low=0, high=15, epsilon=2.0)
+    explicit = private_median(
+        values, low=0, high=15, epsilon=2.0, seed=0, strict_sensitivity=False
+    )
+    assert default.released == explicit.released
+
+
+def test_range_sensitivity_is_the_largest_move_over_the_domain() -> None:
+    """Brute force: adding value v moves the estimate of [a, b) by
+    sum_j coef[j, h_j(v)]; the sensitivity is the largest |move| over the
+    public domain [first, last]."""
+    template = CountSketch(3, 8, seed=2)
+    for (a, b), (first, last) in (
+        ((4, 9), (2, 12)),
+        ((0, 3), (0, 5)),
+        ((6, 7), (5, 9)),
+    ):
+        coef = template.coefficients(value_keys(np.arange(a, b)))
+        moves = [
+            abs(int(coef[np.arange(3), template.buckets(value_keys(v))[:, 0]].sum()))
+            for v in range(first, last + 1)
+        ]
+        assert range_sensitivity(template, a, b, domain=(first, last)) == max(moves)
+
+
+def test_decryption_count_and_reference_dtype() -> None:
+    assert decryptions_needed(10, 20) == 4  # ceil(log2(11))
+    with pytest.raises(ConfigError, match=r"^need 0 <= low <= high, got \[5, 3\]\.$"):
+        decryptions_needed(5, 3)
+    assert reference_problem(2).dtype == np.int64
+
+
+def test_single_count_updates_scale_every_path() -> None:
+    for n in (1, 5000):
+        sketch = CountMinSketch(3, 16, seed=1)
+        sketch.update(np.full(n, 7), 2)
+        np.testing.assert_array_equal(sketch.table.sum(axis=1), [2 * n] * 3)
+    flat, nested = CountMinSketch(3, 64, seed=1), CountMinSketch(3, 64, seed=1)
+    flat.update([1, 2], [3, 4])
+    nested.update([[1, 2]], [[3, 4]])
+    assert flat == nested
