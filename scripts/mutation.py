@@ -191,6 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument(
         "mutants", nargs="*", help="mutant names or globs (default: all of the set)"
     )
+    run.add_argument(
+        "--survivors",
+        action="store_true",
+        help="re-test the cached survivors (not the listed equivalents), e.g. after "
+        "adding tests",
+    )
     survivors = sub.add_parser("survivors", help="list the mutants not killed")
     survivors.add_argument("module_set")
     survivors.add_argument("--diff", action="store_true", help="show each diff")
@@ -205,7 +211,18 @@ def main(argv: list[str] | None = None) -> None:
     _enter(args.module_set)
     if args.command == "run":
         _configure(args.module_set)
-        _mutmut(["run", "--max-children", str(args.max_children), *args.mutants])
+        names = list(args.mutants)
+        if args.survivors:
+            equivalents = _equivalents()
+            names += [
+                key
+                for key, status in sorted(_results().items())
+                if status != "killed" and key not in equivalents
+            ]
+            if not names:
+                print("no survivor to re-test")
+                return
+        _mutmut(["run", "--max-children", str(args.max_children), *names])
         return
     _configure(args.module_set)
     if args.command == "show":
