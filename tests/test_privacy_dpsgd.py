@@ -645,7 +645,10 @@ def test_dp_sgd_train_without_noise_spends_an_infinite_epsilon() -> None:
         )
 
 
-def test_hooks_mode_refuses_a_trainable_layer_the_loss_does_not_use() -> None:
+@pytest.mark.parametrize("per_sample", ["ghost", "hooks"])
+def test_a_trainable_layer_the_loss_does_not_use_is_refused(
+    per_sample: Literal["ghost", "hooks"],
+) -> None:
     x, y = _digits(4)
     model = nn.ModuleDict({"used": nn.Linear(64, 10), "unused": nn.Linear(3, 3)})
     trainer = DPSGD(
@@ -655,7 +658,7 @@ def test_hooks_mode_refuses_a_trainable_layer_the_loss_does_not_use() -> None:
         expected_batch_size=4,
         lr=0.1,
         rng=0,
-        per_sample="hooks",
+        per_sample=per_sample,
     )
     with pytest.raises(
         ConfigError,
@@ -664,4 +667,104 @@ def test_hooks_mode_refuses_a_trainable_layer_the_loss_does_not_use() -> None:
     ):
         trainer.step(
             lambda: nn.functional.cross_entropy(model["used"](x), y, reduction="none")
+        )
+
+
+def test_dpsgd_hands_its_settings_to_dpnorm_and_the_noise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Secure mode reaches both random draws (DPNorm's and the gradient
+    noise's), and DPNorm gets the clipping's C_max, bins and the generator."""
+    import fedleak.privacy.dpsgd as module
+
+    calls: dict[str, list[Any]] = {"norm": [], "noise": []}
+    real_norm, real_noise = module.dp_norm, module.noise_normal
+
+    def norm(*args: Any, **kwargs: Any) -> float:
+        calls["norm"].append(kwargs)
+        return real_norm(*args, **kwargs)
+
+    def noise(*args: Any, **kwargs: Any) -> Any:
+        calls["noise"].append(kwargs)
+        return real_noise(*args, **kwargs)
+
+    monkeypatch.setattr(module, "dp_norm", norm)
+    monkeypatch.setattr(module, "noise_normal", noise)
+    x, y = _digits(8)
+    model = _mlp()
+    secure = DPSGD(
+        model,
+        noise_multiplier=1.0,
+        clipping=AdaptiveClipping(2.0, c_max=4.0, bins=8),
+        expected_batch_size=8,
+        lr=0.1,
+        secure_mode=True,
+    )
+    secure.step(lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
+    (kwargs,) = calls["norm"]
+    assert kwargs["secure_mode"] is True and kwargs["rng"] is None
+    assert kwargs["c_max"] == 4.0 and kwargs["bins"] == 8
+    assert all(k["secure_mode"] is True for k in calls["noise"]) and calls["noise"]
+    assert secure.close() is model
+    calls["norm"].clear()
+    generator = np.random.default_rng(3)
+    seeded = DPSGD(
+        _mlp(),
+        noise_multiplier=1.0,
+        clipping=AdaptiveClipping(2.0),
+        expected_batch_size=8,
+        lr=0.1,
+        rng=generator,
+    )
+    seeded.step(None)
+    assert (
+        calls["norm"][0]["rng"] is generator
+        and calls["norm"][0]["secure_mode"] is False
+    )
+
+
+def test_empty_adaptive_steps_draw_the_bound_from_pure_noise() -> None:
+    """An empty Poisson batch: DPNorm sees no norm at all, so the bound is the
+    noise's argmax over the w bins (not the first bin a zero norm would fill)."""
+    bounds = []
+    for seed in range(5):
+        trainer = DPSGD(
+            _mlp(),
+            noise_multiplier=1.0,
+            clipping=AdaptiveClipping(1e-3),
+            expected_batch_size=8,
+            lr=0.1,
+            rng=seed,
+        )
+        bounds.append(trainer.step(None).clip_norm)
+    assert len(set(bounds)) > 1 and all(0 < b <= 10.0 for b in bounds)
+
+
+def test_empty_step_update_is_the_replayed_noise_over_l() -> None:
+    layer = nn.Linear(5, 3, bias=False)
+    nn.init.zeros_(layer.weight)
+    trainer = DPSGD(
+        layer,
+        noise_multiplier=2.0,
+        clipping=FixedClipping(3.0),
+        expected_batch_size=4,
+        lr=1.0,
+        rng=np.random.default_rng(0),
+    )
+    trainer.step(None)
+    draw = np.random.default_rng(0).normal(0.0, 2.0 * 3.0, (3, 5))
+    np.testing.assert_allclose(layer.weight.detach().numpy(), -draw / 4, rtol=1e-6)
+
+
+def test_unsupported_layers_are_all_named() -> None:
+    model = nn.Sequential(
+        nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 4), nn.BatchNorm1d(4)
+    )
+    with pytest.raises(ConfigError, match=r"cannot handle: [^;]+; [^;]+\. Replace"):
+        DPSGD(
+            model,
+            noise_multiplier=1.0,
+            clipping=FixedClipping(1.0),
+            expected_batch_size=4,
+            lr=0.1,
         )
