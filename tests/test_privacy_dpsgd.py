@@ -768,3 +768,26 @@ def test_unsupported_layers_are_all_named() -> None:
             expected_batch_size=4,
             lr=0.1,
         )
+
+
+@pytest.mark.parametrize("per_sample", ["ghost", "hooks"])
+def test_a_tiny_gradient_is_kept_as_it_is(
+    per_sample: Literal["ghost", "hooks"],
+) -> None:
+    """min(1, C / (||g|| + 1e-6)): a gradient far below the bound, even one of
+    norm below 1e-6, enters the sum unscaled."""
+    model = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(model.weight)
+    x = torch.ones(1, 1)
+    target = torch.full((1,), 1.0 + 2e-7)
+    trainer = DPSGD(
+        model,
+        noise_multiplier=0.0,
+        clipping=FixedClipping(1.0),
+        expected_batch_size=1,
+        lr=1.0,
+        rng=0,
+        per_sample=per_sample,
+    )
+    trainer.step(lambda: (model(x).squeeze(1) - target) ** 2)
+    assert abs(float(model.weight) - 1.0) < 1e-5
