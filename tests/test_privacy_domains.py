@@ -861,3 +861,70 @@ def test_the_package_loads_dp_sgd_lazily() -> None:
         AttributeError, match=r"^module 'fedleak\.privacy' has no attribute 'nothing'$"
     ):
         _ = privacy.nothing
+
+
+def test_posterior_tail_epsilon_is_the_gaussian_chernoff_bound_on_its_grid() -> None:
+    """Full batch: k Gaussian steps of multiplier z have log moment
+    k lambda (lambda + 1) / (2 z^2); the tail bound minimises
+    (beta + ln 1/delta) / lambda over the geometric grid TAIL_LAMBDAS."""
+    lam = np.asarray(ident.TAIL_LAMBDAS)
+    for z, k, delta in ((3.0, 10, 1e-5), (40.0, 5, 0.01), (0.7, 1, 0.1)):
+        expected = np.min(
+            (k * lam * (lam + 1) / (2 * z**2) + math.log(1 / delta)) / lam
+        )
+        assert ident.posterior_tail_epsilon(z, k, delta) == pytest.approx(
+            expected, rel=1e-9
+        )
+
+
+def test_tail_calibration_reaches_small_noise_multipliers() -> None:
+    """A loose budget (rho_beta = 0.999, one step) needs a multiplier below 1:
+    the bisection must search below its first bracket."""
+    plan = ident.plan_dp_sgd(0.999, 0.1, steps=1)
+    z = plan.noise_multiplier
+    assert z < 1
+    assert ident.posterior_tail_epsilon(z, 1, 0.1) <= plan.epsilon
+    assert ident.posterior_tail_epsilon(z * (1 - 3e-4), 1, 0.1) > plan.epsilon
+
+
+def test_sgm_calibration_below_one_and_its_messages() -> None:
+    sigma = acc.sgm_noise_multiplier(8.0, 1e-5, 0.01, 100, tolerance=1e-4)
+    assert sigma < 1
+    assert acc.sgm_epsilon(0.01, sigma, 100, 1e-5) <= 8.0
+    assert acc.sgm_epsilon(0.01, sigma - 2e-4, 100, 1e-5) > 8.0
+    with pytest.raises(ConfigError, match=r"^steps must be an int >= 0; got -1\.$"):
+        acc.sgm_noise_multiplier(1.0, 1e-5, 0.1, -1)
+    with pytest.raises(
+        ConfigError,
+        match=r"^epsilon=0\.01 cannot be met with q=1\.0, steps=10000, delta=1e-05 below "
+        r"noise multiplier 10\.0; use fewer steps or a smaller q\.$",
+    ):
+        acc.sgm_noise_multiplier(0.01, 1e-5, 1.0, 10_000, max_noise_multiplier=10.0)
+
+
+def test_sampled_gaussian_moments_are_computed_not_just_cached() -> None:
+    """The log moments are cached per (q, sigma, orders); a cleared cache must
+    give the closed form again (q = 1 is the plain Gaussian mechanism)."""
+    acc._sgm_log_moment_cached.cache_clear()
+    lam = np.array([1.0, 2.0, 5.0])
+    np.testing.assert_allclose(acc.sgm_log_moment(1.0, 2.0, lam), lam * (lam + 1) / 8.0)
+    acc._sgm_log_moment_cached.cache_clear()
+    np.testing.assert_allclose(
+        acc.sgm_log_moment(0.5, 1.5, lam),
+        [lam_i * _sgm_rdp_by_hand(0.5, 1.5, int(lam_i) + 1) for lam_i in lam],
+        rtol=1e-9,
+    )
+    zero = acc.sgm_log_moment(0.0, 1.0, [1.0, 2.0])
+    assert zero.shape == (2,) and not zero.any()
+
+
+def _sgm_rdp_by_hand(q: float, sigma: float, alpha: int) -> float:
+    k = np.arange(alpha + 1)
+    terms = [
+        math.comb(alpha, int(i))
+        * (1 - q) ** (alpha - i)
+        * q**i
+        * math.exp((i * i - i) / (2 * sigma**2))
+        for i in k
+    ]
+    return math.log(sum(terms)) / (alpha - 1)
