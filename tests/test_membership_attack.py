@@ -282,3 +282,58 @@ def test_inference_edge_cases_and_scores() -> None:
     assert record_bag([[4, 0, 4, 2]], ignore=(2,)).tolist() == [0, 4]
     defaults = EmbeddingMembership(3)
     assert defaults.ulps == 1.0 and defaults.ignore == (0,)
+
+
+def test_each_input_is_named_when_it_is_not_a_matrix() -> None:
+    ok = np.zeros((VOCAB, DIM))
+    flat = np.zeros(VOCAB)
+    with pytest.raises(ConfigError, match=r"^delta must be an embedding update"):
+        contribution_scale(flat, ok)
+    with pytest.raises(ConfigError, match=r"^own update must be an embedding update"):
+        contribution_scale(ok, flat)
+    with pytest.raises(ConfigError, match=r"^parameters must be an embedding update"):
+        rounding_tolerance(flat)
+    with pytest.raises(ConfigError, match=r"^parameters must be an embedding update"):
+        rounding_tolerance(ok, flat)
+    attack = EmbeddingMembership(VOCAB)
+    with pytest.raises(ConfigError, match=r"^parameters must be an embedding update"):
+        attack.observe(ok, own=np.ones((VOCAB, DIM)), parameters=[flat, flat])
+    with pytest.raises(ConfigError, match=r"^own update must be an embedding update"):
+        attack.observe(ok, own=flat)
+    with pytest.raises(ConfigError, match=r"differ in shape from the update"):
+        attack.observe(
+            ok, own=np.ones((VOCAB, DIM)), parameters=[np.zeros((VOCAB, 3)), ok]
+        )
+    with pytest.raises(ConfigError, match=r"differ in shape from the update"):
+        attack.observe(
+            ok, own=np.ones((VOCAB, DIM)), parameters=[ok, np.zeros((VOCAB, 3))]
+        )
+    assert changed_rows(np.ones((5, 2)), ignore=(5,)).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_scores_count_every_cell_of_the_confusion_matrix() -> None:
+    # integer (not bool) inputs: 1 true positive, 1 false positive,
+    # 1 false negative and 2 true negatives
+    s = score_membership(
+        [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], num_rounds=2, mean_bag_size=3.0
+    )
+    assert (s.true_positives, s.false_positives) == (1, 1)
+    assert (s.false_negatives, s.true_negatives) == (1, 2)
+    assert s.precision == 0.5 and s.recall == 0.5
+    assert s.num_rounds == 2 and s.mean_bag_size == 3.0
+
+
+def test_median_scale_pools_the_rows_within_a_thousandth() -> None:
+    """Without a tolerance: the rows whose coefficient lies within 0.1% of the
+    median are pooled by least squares, sum <d, u> / sum <u, u>."""
+    own = np.zeros((6, 2))
+    own[1:6] = [[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
+    factors = np.array([0.0, 1.0, 1.0 + 4e-4, 1.0 - 4e-4, 1.05, 1.0 + 2e-4])
+    delta = -0.1 * own * factors[:, None]  # row 4 is off by 5% (someone else's)
+    inliers = [1, 2, 3, 5]
+    products = (delta[inliers] * own[inliers]).sum()
+    weights = (own[inliers] ** 2).sum()
+    assert contribution_scale(delta, own) == pytest.approx(
+        products / weights, rel=1e-12
+    )
+    assert contribution_scale(delta, own) != pytest.approx(-0.1, rel=1e-6)
