@@ -337,3 +337,28 @@ def test_median_scale_pools_the_rows_within_a_thousandth() -> None:
         products / weights, rel=1e-12
     )
     assert contribution_scale(delta, own) != pytest.approx(-0.1, rel=1e-6)
+
+
+def test_observe_removes_the_adversary_share_without_parameters() -> None:
+    """Without the models: the residual delta - c * own (c fitted) leaves only
+    the rows the other participants moved; padding stays ignored."""
+    rng = np.random.default_rng(3)
+    own = _gradient([1, 2, 3, 4], rng).astype(np.float64)
+    others = _gradient([0, 4, 7, 9], rng).astype(np.float64)
+    attack = EmbeddingMembership(VOCAB)
+    bag = attack.observe(-0.01 * own - 0.01 * others, own=own)
+    assert bag.tolist() == [4, 7, 9]  # row 0 is padding, 1-3 the adversary's alone
+    assert [b.tolist() for b in attack.bags] == [[4, 7, 9]]
+
+
+def test_inference_boundaries() -> None:
+    single = EmbeddingMembership(6, ignore=(5,))
+    single.observe_bag([0, 1, 2])
+    # one observed round suffices; id 0 is a word when it is not ignored; the
+    # attack's own ignore list (5) is dropped from records too
+    assert single.infer([[1, 2, 5], [0], [6], [1, 6]]).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
