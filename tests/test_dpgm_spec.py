@@ -175,6 +175,7 @@ def _tiny(n: int = 60, m: int = 8) -> np.ndarray:
 def test_dpgm_refuses_bad_settings_before_training(
     kwargs: dict[str, Any], message: str
 ) -> None:
+    kwargs = dict(kwargs)  # the parameters are shared between runs
     k = kwargs.pop("k")
     with pytest.raises(ConfigError, match=message):
         DPGM(k, **kwargs).fit(_tiny())
