@@ -339,3 +339,139 @@ def test_scoring_helpers_refusals_and_windows():
     np.testing.assert_allclose(smooth, [1.0, 1.5, 2.0, 3.0])
     assert score_series(np.array([]), np.array([]), window=2)[1].size == 0
     assert single_batch_auc(np.array([1, 0]), np.array([0.2, 0.8])) == 0.0
+
+
+# ------------------------------------------- emulated updates (Alg. 2, Ch. 7.2.7)
+
+
+def _pools(seed: int = 0):
+    import torch
+    from fedleak.attacks.property_gradients import AuxiliaryPools
+
+    gen = torch.Generator().manual_seed(seed)
+    return AuxiliaryPools(
+        torch.rand(12, 6, generator=gen),
+        torch.randint(0, 3, (12,), generator=gen),
+        torch.rand(9, 6, generator=gen),
+        torch.randint(0, 3, (9,), generator=gen),
+    )
+
+
+def _net(seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)
+    )
+
+
+def _local_by_hand(model, x, y, epochs, batch_size, lr, generator):
+    import copy
+
+    import torch
+
+    trained = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(x.shape[0], generator=generator)
+        for begin in range(0, x.shape[0], batch_size):
+            idx = order[begin : begin + batch_size]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(trained(x[idx]), y[idx]).backward()
+            optimizer.step()
+    return {
+        n: (p.detach() - q.detach()).numpy().astype(np.float64)
+        for (n, p), q in zip(
+            trained.named_parameters(), model.parameters(), strict=True
+        )
+    }
+
+
+def test_local_update_is_alg_2_local_sgd_and_leaves_the_model():
+    import torch
+    from fedleak.attacks.property_gradients import local_update
+
+    model = _net()
+    before = [p.detach().clone() for p in model.parameters()]
+    pools = _pools()
+    x, y = pools.x_prop[:7], pools.y_prop[:7]
+    got = local_update(
+        model,
+        x,
+        y,
+        epochs=2,
+        batch_size=3,
+        learning_rate=0.3,
+        generator=torch.Generator().manual_seed(5),
+    )
+    expected = _local_by_hand(model, x, y, 2, 3, 0.3, torch.Generator().manual_seed(5))
+    assert list(got) == list(expected)
+    for name in got:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-7)
+        assert got[name].dtype == np.float64
+    for b, p in zip(before, model.parameters(), strict=True):
+        torch.testing.assert_close(b, p.detach())
+
+
+def test_emulated_averaging_pair_weights_each_update_by_one_over_k():
+    import torch
+    from fedleak.attacks.property_gradients import emulated_averaging_pair
+
+    model, pools = _net(1), _pools(1)
+    positive, negative = emulated_averaging_pair(
+        model,
+        pools,
+        participants=2,
+        total_participants=4,
+        records=5,
+        prop_fraction=0.6,
+        epochs=1,
+        batch_size=2,
+        learning_rate=0.2,
+        rng=np.random.default_rng(7),
+    )
+    rng = np.random.default_rng(7)
+    generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+
+    def update(fraction):
+        x, y, _ = pools.batch(5, fraction, rng)
+        return _local_by_hand(model, x, y, 1, 2, 0.2, generator)
+
+    first, second, shared = update(0.6), update(0.0), update(0.0)
+    for name in positive:
+        np.testing.assert_allclose(
+            positive[name], (first[name] + shared[name]) / 4, rtol=1e-5, atol=1e-8
+        )
+        np.testing.assert_allclose(
+            negative[name], (second[name] + shared[name]) / 4, rtol=1e-5, atol=1e-8
+        )
+    for bad in ((0, 4), (4, 4)):
+        with pytest.raises(
+            ConfigError,
+            match=r"^model-averaging emulation needs 1 <= participants < "
+            rf"total_participants, got {bad[0]} and {bad[1]}$",
+        ):
+            emulated_averaging_pair(
+                model,
+                pools,
+                participants=bad[0],
+                total_participants=bad[1],
+                records=5,
+                prop_fraction=0.5,
+                epochs=1,
+                batch_size=2,
+                learning_rate=0.1,
+                rng=np.random.default_rng(0),
+            )
+
+
+def test_derived_averaging_aggregate_skips_integer_buffers_and_removes_the_share():
+    from fedleak.attacks.property_gradients import derive_averaging_aggregate
+
+    before = {"w": np.array([1.0, 2.0]), "steps": np.array([3])}
+    own = {"w": np.array([2.0, 2.0]), "steps": np.array([4])}
+    after = {"w": np.array([1.5, 3.0]), "steps": np.array([4])}
+    out = derive_averaging_aggregate(before, after, own, 0.25)
+    assert list(out) == ["w"]
+    np.testing.assert_allclose(out["w"], [0.5 - 0.25 * 1.0, 1.0 - 0.0])
