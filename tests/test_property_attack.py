@@ -475,3 +475,102 @@ def test_derived_averaging_aggregate_skips_integer_buffers_and_removes_the_share
     out = derive_averaging_aggregate(before, after, own, 0.25)
     assert list(out) == ["w"]
     np.testing.assert_allclose(out["w"], [0.5 - 0.25 * 1.0, 1.0 - 0.0])
+
+
+def test_observation_files_widths_and_edge_rounds(tmp_path):
+    log = ObservationLog(tmp_path / "one")
+    log.write_round(
+        1,
+        observed=None,
+        observed_round=-1,
+        aux=np.ones((2, 3)),
+        aux_labels=np.array([0, 1]),
+        meta={"pooling": "raw"},
+    )
+    only_aux = load_observations(tmp_path / "one")
+    assert only_aux.observed.shape == (0, 3)  # nothing observed yet, the width kept
+    assert (
+        only_aux.observed_rounds.dtype == np.int64
+        and only_aux.observed_rounds.size == 0
+    )
+    assert (
+        only_aux.aux_rounds.tolist() == [1, 1] and only_aux.aux_rounds.dtype == np.int64
+    )
+    assert only_aux.aux_labels.dtype == np.int64 and only_aux.meta == {"pooling": "raw"}
+    assert only_aux.scores(BatchPropertyClassifier()).shape == (0,)
+    log.write_round(
+        2,
+        observed=np.zeros(4),
+        observed_round=1,
+        aux=np.ones((2, 4)),
+        aux_labels=np.array([0, 1]),
+        meta={},
+    )
+    with pytest.raises(
+        DataError, match=r"observation files of different widths \{3, 4\}$"
+    ):
+        load_observations(tmp_path / "one")
+    with pytest.raises(
+        DataError,
+        match=r"holds no property-adversary observations \(round-\*\.npz\); was the run "
+        r"configured with adversary\.kind passive-/active-property\?$",
+    ):
+        load_observations(tmp_path / "none")
+
+
+def test_fitting_uses_the_given_classifier_and_rounds():
+    x, y = separable(40, 4, 3.0, seed=21)
+    obs = PropertyObservations(
+        observed_rounds=np.array([1, 2]),
+        observed=x[:2],
+        aux_rounds=np.repeat([1, 2, 3, 4], 10),
+        aux=x,
+        aux_labels=y,
+        meta={},
+    )
+    chosen = BatchPropertyClassifier(kind="logistic")
+    assert obs.fit(chosen) is chosen
+    early = obs.fit(BatchPropertyClassifier(kind="logistic"), max_round=2)
+    reference = BatchPropertyClassifier(kind="logistic").fit(x[:20], y[:20])
+    np.testing.assert_allclose(early.property_scores(x), reference.property_scores(x))
+    one = PropertyObservations(
+        observed_rounds=np.array([1]),
+        observed=x[:1],
+        aux_rounds=np.ones(40),
+        aux=x,
+        aux_labels=y,
+        meta={},
+    )
+    assert one.scores(early).shape == (1,)
+
+
+def test_series_keep_equal_rounds_in_order_and_predictions_are_integers():
+    rounds, scores = score_series(np.array([2, 1, 2]), np.array([5, 3, 4]), window=1)
+    assert rounds.tolist() == [1, 2, 2] and scores.tolist() == [3.0, 5.0, 4.0]
+    assert scores.dtype == np.float64
+    # many repeated rounds (several adversaries, resumed runs): a stable order
+    many = np.array([3, 1, 2] * 40)
+    _, ordered = score_series(many, np.arange(120), window=1)
+    np.testing.assert_array_equal(ordered, np.arange(120)[np.argsort(many, kind="stable")])
+    _, smooth = score_series(np.array([1, 2]), np.array([2.0, 4.0]), window=2)
+    np.testing.assert_allclose(smooth, [2.0, 3.0])
+    assert dataset_score([1, 2]) == 1.5
+    x, y = separable(60, 4, 3.0, seed=2)
+    clf = BatchPropertyClassifier(kind="logistic").fit(x, y)
+    assert clf.predict(x).dtype == np.int64
+
+
+def test_the_head_attaches_to_the_last_linear_layer():
+    import torch
+    from fedleak.attacks.property_gradients import last_linear
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)
+    )
+    assert last_linear(model) is model[2]
+    with pytest.raises(
+        ConfigError,
+        match=r"^the active property attack attaches its head to the model's last "
+        r"linear layer, and this model has none$",
+    ):
+        last_linear(torch.nn.Sequential(torch.nn.ReLU()))
