@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from fedleak.attacks.audit.adversary import DIAdversary, posterior_update
+from fedleak.attacks.audit.adversary import DIAdversary, DITrace, posterior_update
 from fedleak.attacks.audit.neighbours import (
     dissimilarity,
     most_dissimilar_neighbours,
@@ -18,7 +19,13 @@ from scipy.stats import binom, norm
 from sklearn.datasets import load_digits
 
 from fedleak.errors import ConfigError
-from fedleak.privacy.identifiability import composed_gaussian_advantage, plan_dp_sgd
+from fedleak.privacy.identifiability import (
+    TAIL_LAMBDAS,
+    composed_gaussian_advantage,
+    noise_multiplier_for_composed_advantage,
+    plan_dp_sgd,
+    posterior_tail_epsilon,
+)
 
 Digits = tuple[np.ndarray, np.ndarray]
 
@@ -142,7 +149,9 @@ def test_local_sensitivity_advantage_within_ci_of_rho_alpha(digits: Digits) -> N
     assert (
         binom.sf(round(report.belief_violation_rate * 600) - 1, 600, plan.delta) > 0.01
     )
-    # Way (i) recovers the target epsilon with local sensitivity.
+    # Way (i) with local sensitivity: sigma_t = z * LS_t, so every run's privacy
+    # loss is the planned one (a consistency check; the report's arithmetic
+    # is pinned by test_report_scores_a_hand_made_trace below).
     assert report.epsilon_from_sensitivity == pytest.approx(plan.epsilon, rel=1e-3)
     assert report.max_belief < 1.0
     assert -1.0 <= report.mi_advantage <= 1.0
@@ -290,3 +299,57 @@ def test_bench_audit_rejects_unknown_dataset(tmp_path: Path) -> None:
     assert "unknown datasets ['adult']" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def _tail_epsilon_by_hand(mu: float, delta: float) -> float:
+    """A Gaussian mechanism of sensitivity-over-noise mu has log moment
+    lambda (lambda + 1) mu^2 / 2; the tail bound is
+    min_lambda (beta(lambda) + ln(1 / delta)) / lambda over the module's grid."""
+    lam = np.asarray(TAIL_LAMBDAS)
+    return float(np.min((lam * (lam + 1) * mu**2 / 2 + np.log(1 / delta)) / lam))
+
+
+def test_report_scores_a_hand_made_trace(digits: Digits) -> None:
+    """Seed 002's three empirical epsilons on a trace whose sensitivities differ
+    from run to run, against hand computations:
+
+    (i) mu_r^2 = sum_t (LS_t / sigma_t)^2, the worst run's Gaussian tail bound;
+    (ii) logit of the largest final belief in the truth;
+    (iii) the advantage 2 * wins / R - 1 and its noise multiplier.
+    """
+    x, y = digits
+    nb = most_dissimilar_neighbours(x, y, bounded=False, measure="euclidean")
+    adversary = DIAdversary(
+        linear_classifier, nb, steps=2, lr=0.5, max_grad_norm=1.0, noise_multiplier=2.0
+    )
+    trace = DITrace(
+        trained_on_d=np.array([True, False, True, False]),
+        log_odds=np.array([[0.1, 0.4], [-0.2, -1.5], [0.3, -0.2], [0.1, 0.6]]),
+        local_sensitivity=np.array([[0.5, 0.5], [1.0, 0.2], [0.1, 0.1], [0.0, 0.3]]),
+        sigma=np.array([[2.0, 2.0], [2.0, 1.0], [2.0, 2.0], [0.0, 2.0]]),
+        guess_d=np.array([True, False, False, False]),
+        mi_member=np.array([True, False, False, True]),
+        mi_loss=np.zeros(4),
+    )
+    report = adversary.report(trace, epsilon=1.0, delta=0.01)
+    mu = max(
+        math.sqrt(0.25**2 * 2), math.sqrt(0.5**2 + 0.2**2), math.sqrt(2 * 0.05**2), 0.15
+    )
+    assert report.epsilon_from_sensitivity == pytest.approx(
+        _tail_epsilon_by_hand(mu, 0.01), rel=1e-9
+    )
+    # final beliefs in the truth: expit(0.4), expit(1.5), expit(-0.2), expit(-0.6)
+    assert report.max_belief == pytest.approx(expit(1.5))
+    assert report.epsilon_from_belief == pytest.approx(1.5)
+    assert report.success_rate == 0.75 and report.advantage == 0.5
+    z = noise_multiplier_for_composed_advantage(0.5, 2)
+    assert report.epsilon_from_advantage == pytest.approx(
+        posterior_tail_epsilon(z, 2, 0.01)
+    )
+    assert report.belief_violation_rate == pytest.approx(
+        0.25
+    )  # 1.5 > logit(rho_beta(1))
+    assert report.mi_advantage == pytest.approx(0.5 - 0.5)  # TPR 1/2, FPR 1/2
+    assert report.mean_local_sensitivity == pytest.approx(
+        trace.local_sensitivity.mean()
+    )

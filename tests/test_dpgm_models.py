@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -90,8 +91,7 @@ def test_dpgm_fit_is_deterministic_for_a_seed_and_reports_epsilon() -> None:
     assert len(a.clip_norms_) == 12
 
 
-@pytest.mark.slow
-def test_dpgm_meets_a_target_epsilon_and_samples_in_proportion() -> None:
+def test_dpgm_meets_a_target_epsilon_and_weighs_components_by_noisy_size() -> None:
     x = _tiny(200)
     public = _tiny(10, seed=9)
     model = DPGM(
@@ -109,7 +109,9 @@ def test_dpgm_meets_a_target_epsilon_and_samples_in_proportion() -> None:
     ).fit(x, public=public)
     assert model.epsilon_ <= 8.0
     assert model.epsilon_ > 7.0
-    assert model.weights_.sum() == pytest.approx(1.0)
+    # Sec. 5.1.4: the weights are the released noisy cluster sizes, normalised
+    sizes = np.maximum(model.clustering_.noisy_sizes, 0.0)
+    np.testing.assert_allclose(model.weights_, sizes / sizes.sum())
     out = model.sample(50)
     assert out.shape == (50, 16)
     assert model.sample_component(1, 3).shape == (3, 16)
@@ -156,3 +158,99 @@ def test_progress_callback_sees_the_training() -> None:
         progress=lambda phase, done, total: seen.append((phase, done, total)),
     ).fit(_tiny())
     assert seen[-1] == ("train", 4, 4)
+
+
+# ------------------------------------------------ Alg. 5 and Sec. 5.1.4 sampling
+
+
+class _ConstantComponent:
+    """Stands in for a trained component: every record it generates is ``value``."""
+
+    def __init__(self, value: float, m: int) -> None:
+        self.value, self.m = value, m
+
+    def sample(self, n: int, generator: torch.Generator, *, binary: bool = True):
+        return torch.full((n, self.m), self.value)
+
+
+def _fitted_mixture(weights: list[float], m: int = 4) -> DPGM:
+    model = DPGM(len(weights), sigma_g=1.0)
+    model.components_ = [_ConstantComponent(float(b), m) for b in range(len(weights))]  # type: ignore[list-item]
+    model.weights_ = np.asarray(weights)
+    model.n_features_in_, model.n_samples_fit_ = m, 100
+    model._sample_rng = np.random.default_rng(0)
+    return model
+
+
+def test_sampling_picks_components_in_proportion_to_the_weights() -> None:
+    """Sec. 5.1.4: a record comes from component b with probability w_b.
+
+    4000 records from weights (0.7, 0.2, 0.1): each share has a standard
+    error of at most sqrt(0.25 / 4000) = 0.008; the tolerance 0.03 is about
+    four of them, while uniform picking (1/3 each) misses by 0.23 or more.
+    """
+    out = _fitted_mixture([0.7, 0.2, 0.1]).sample(4000, seed=5)
+    shares = np.bincount(out[:, 0].astype(int), minlength=3) / 4000
+    np.testing.assert_allclose(shares, [0.7, 0.2, 0.1], atol=0.03)
+    assert (out == out[:, :1]).all()  # whole rows come from one component
+    # a zero weight is never picked
+    never = _fitted_mixture([0.5, 0.0, 0.5]).sample(2000, seed=1)
+    assert not (never[:, 0] == 1).any()
+
+
+class _CountingDPSGD:
+    """Records, per component, the steps taken and the batch sizes seen."""
+
+    steps: ClassVar[dict[int, list[int]]] = {}
+
+    def __init__(self, module: torch.nn.Module, **_: Any) -> None:
+        self.key = id(module)
+        _CountingDPSGD.steps.setdefault(self.key, [])
+
+    def step(self, per_sample_loss: Any):
+        size = 0 if per_sample_loss is None else int(per_sample_loss().shape[0])
+        _CountingDPSGD.steps[self.key].append(size)
+        return SimpleNamespace(clip_norm=1.0)
+
+    def close(self) -> None:
+        return None
+
+
+def test_training_picks_a_component_by_cluster_size_and_batches_at_rate_q(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Alg. 5: step t trains model b with probability |X_b| / |X|, on a
+    Poisson batch of rate L / |X_b| (so each record is used with rate L / |X|).
+
+    Clusters of 240 and 60 of 300 records, 20 epochs of L = 30: 200 steps,
+    the larger cluster's share 0.8 has standard error sqrt(0.16 / 200) = 0.028;
+    the tolerance 0.12 is four of them, and uniform picking (0.5) fails it.
+    Mean batch sizes (L = 30) are compared within 4 standard errors too.
+    """
+    n, m = 300, 6
+    labels = np.repeat([0, 1], [240, 60])
+    clustering = SimpleNamespace(labels=labels, noisy_sizes=np.array([250.0, 50.0]))
+    monkeypatch.setattr(
+        "fedleak.dpgm.estimator.private_kernel_kmeans", lambda *a, **k: clustering
+    )
+    _CountingDPSGD.steps = {}
+    monkeypatch.setattr("fedleak.dpgm.estimator.DPSGD", _CountingDPSGD)
+    x = _tiny(n, m)
+    model = DPGM(
+        2,
+        component="rbm",
+        sigma_g=1.0,
+        epochs=20,
+        batch_size=30,
+        hidden=4,
+        adaptive_clipping=False,
+        seed=0,
+    ).fit(x, public=x[:5])
+    np.testing.assert_allclose(model.weights_, [250 / 300, 50 / 300])
+    sizes = [_CountingDPSGD.steps[id(c.module)] for c in model.components_]
+    assert model.steps_ == 200 == len(sizes[0]) + len(sizes[1])
+    assert len(sizes[0]) / 200 == pytest.approx(0.8, abs=0.12)
+    for cluster, batches in zip((240, 60), sizes, strict=True):
+        # Binomial(cluster, 30 / cluster) batches: std sqrt(30 (1 - 30/cluster))
+        se = math.sqrt(30 * (1 - 30 / cluster) / len(batches))
+        assert np.mean(batches) == pytest.approx(30, abs=4 * se + 0.5)

@@ -141,7 +141,6 @@ def test_tail_epsilon_is_a_chernoff_bound_on_the_privacy_loss() -> None:
         assert eps >= sgm_epsilon(1.0, z, k, delta)
 
 
-@pytest.mark.slow
 def test_plan_dp_sgd_from_rho_beta() -> None:
     plan = plan_dp_sgd(0.9, 0.01, steps=30)
     assert plan.epsilon == pytest.approx(math.log(9))

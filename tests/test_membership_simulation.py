@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +23,7 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def small_checkins() -> TextDataset:
     synthetic = synthetic_checkins(
-        num_users=500, num_venues=500, num_areas=5, mean_checkins=15.0, seed=3
+        num_users=2000, num_venues=500, num_areas=5, mean_checkins=15.0, seed=3
     )
     return checkin_dataset(
         synthetic.table,
@@ -41,11 +44,31 @@ def _setup(**kwargs: object) -> MembershipSetup:
 def test_recall_is_one_and_precision_falls_with_the_batch(
     small_checkins: TextDataset,
 ) -> None:
-    small = simulate_membership(small_checkins, _setup(batch_size=5), seed=0)
-    large = simulate_membership(small_checkins, _setup(batch_size=80), seed=0)
-    assert small.scores.recall == 1.0 and large.scores.recall == 1.0
-    assert small.scores.precision > large.scores.precision
-    assert small.scores.mean_bag_size < large.scores.mean_bag_size
+    """Table 7.2's shape: precision falls as the batch (and its bag) grows.
+
+    Recall is 1 by construction, so precision falls exactly when the
+    non-members' false-positive rate rises. With 2000 users (379 members and
+    379 non-members here) the rates at batch 5, 20 and 80 are 0.003, 0.09 and
+    0.56; each step up is asserted to exceed three standard errors of the
+    difference of two proportions (it is six and fifteen).
+    """
+    runs = [
+        simulate_membership(small_checkins, _setup(batch_size=b), seed=0)
+        for b in (5, 20, 80)
+    ]
+    for run in runs:
+        assert run.scores.recall == 1.0
+    for smaller, larger in itertools.pairwise(r.scores for r in runs):
+        assert smaller.precision > larger.precision
+        assert smaller.mean_bag_size < larger.mean_bag_size
+        rates = [
+            s.false_positives / (s.false_positives + s.true_negatives)
+            for s in (smaller, larger)
+        ]
+        counts = [s.false_positives + s.true_negatives for s in (smaller, larger)]
+        se = math.sqrt(sum(p * (1 - p) / n for p, n in zip(rates, counts, strict=True)))
+        assert rates[1] - rates[0] > 3 * se, (rates, se)
+    large = runs[2]
     again = simulate_membership(small_checkins, _setup(batch_size=80), seed=0)
     assert again.scores == large.scores  # seeded
 

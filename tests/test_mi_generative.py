@@ -36,13 +36,16 @@ def records() -> dict[str, np.ndarray]:
         "members": x[perm[:30]],
         "nonmembers": x[perm[30:60]],
         "other": x[perm[60:90]],
+        # 600 records no target and no attacker sees: the null cases split them
+        # into two arbitrary halves of 300
+        "pool": x[perm[90:690]],
     }
 
 
 def _target(data: np.ndarray, seed: int) -> tuple[DCGANGenerator, DCGANDiscriminator]:
     gen = DCGANGenerator((1, 8, 8), latent_dim=8, base_channels=8, seed=seed)
     disc = DCGANDiscriminator((1, 8, 8), base_channels=16, seed=seed + 1)
-    train_gan(gen, disc, data, epochs=100, batch_size=10, lr=2e-3, seed=seed)
+    train_gan(gen, disc, data, epochs=300, batch_size=10, lr=2e-3, seed=seed)
     return gen, disc
 
 
@@ -62,6 +65,15 @@ def _auc(scores: np.ndarray, n_members: int) -> float:
     return evaluate_scores(scores, truth, np.random.default_rng(0)).auc
 
 
+def _null_auc(scores: np.ndarray) -> float:
+    """AUC of the pool's first half against its second: exchangeable scores.
+
+    Its standard error is sqrt(601 / (12 * 300^2)) = 0.024 whatever the seed,
+    so the null bounds (0.4, 0.6) sit four standard errors from 0.5.
+    """
+    return _auc(scores, 300)
+
+
 def _memorising_samples(data: np.ndarray, n: int = 1500, seed: int = 9) -> np.ndarray:
     """Samples of a perfectly overfitted generator: noisy copies of its training records.
 
@@ -78,27 +90,36 @@ def _memorising_samples(data: np.ndarray, n: int = 1500, seed: int = 9) -> np.nd
 
 @pytest.mark.slow
 def test_white_box_beats_chance_only_on_members(records, targets) -> None:
+    """Members: the discriminator trained 300 epochs on 30 records scores them
+    at AUC 0.94 (target seed 0; 0.83 at seed 2), far above 0.65. Null: a
+    discriminator that saw none of the pool, on its two halves."""
     candidates = np.concatenate([records["members"], records["nonmembers"]])
     assert _auc(white_box_scores(targets["overfit"][1], candidates), 30) > 0.65
-    assert 0.35 < _auc(white_box_scores(targets["unseen"][1], candidates), 30) < 0.65
+    assert (
+        0.4 < _null_auc(white_box_scores(targets["unseen"][1], records["pool"])) < 0.6
+    )
 
 
 @pytest.mark.slow
 def test_black_box_beats_chance_only_on_members(records) -> None:
+    """Members: AUC 0.86 (attacker seed 0; 0.85 at seed 1) against 0.65. Null:
+    the samples memorise "other", and the pool's halves are scored (the 30
+    candidates gave 0.66 and 0.63 here: no null test on so few records)."""
     candidates = np.concatenate([records["members"], records["nonmembers"]])
-    aucs = []
     steps_seen: list[int] = []
-    for name in ("members", "other"):
-        attack = BlackBoxAttack((1, 8, 8), config=ATTACKER, seed=0).fit(
+    attacks = {
+        name: BlackBoxAttack((1, 8, 8), config=ATTACKER, seed=0).fit(
             _memorising_samples(records[name]),
             steps=600,
             eval_every=300,
             on_eval=lambda step, _: steps_seen.append(step),
         )
-        aucs.append(_auc(attack.scores(candidates), 30))
+        for name in ("members", "other")
+    }
     assert steps_seen == [300, 600, 300, 600]
-    assert aucs[0] > 0.65
-    assert 0.35 < aucs[1] < 0.65
+    assert _auc(attacks["members"].scores(candidates), 30) > 0.65
+    assert 0.4 < _null_auc(attacks["other"].scores(records["pool"])) < 0.6
+    attack = attacks["other"]
     assert attack.sample(4).shape == (4, 1, 8, 8)
 
 
@@ -106,18 +127,24 @@ def test_black_box_beats_chance_only_on_members(records) -> None:
 def test_auxiliary_knowledge_attacks(records) -> None:
     members, nonmembers = records["members"], records["nonmembers"]
     known = AuxiliaryKnowledge(train=members[:10], test=nonmembers[:10], delay_steps=50)
-    # evaluated on the records the attacker does not know
+    # Members: evaluated on the 20 + 20 records the attacker does not know;
+    # generative AUC 0.98, discriminative 0.84 (0.81 and 0.81 at attacker
+    # seeds 2 and 3) against 0.65. Null: the pool's halves (the 20 + 20
+    # candidates gave 0.43 and 0.63 here).
     candidates = np.concatenate([members[10:], nonmembers[10:]])
-    for name, low, high in (("members", 0.65, 1.0), ("other", 0.3, 0.7)):
+    for name in ("members", "other"):
         samples = _memorising_samples(records[name])
         generative = BlackBoxAttack((1, 8, 8), config=ATTACKER, seed=1).fit(
             samples, steps=600, auxiliary=known
         )
-        assert low < _auc(generative.scores(candidates), 20) < high, name
         discriminative = DiscriminativeAttack((1, 8, 8), config=ATTACKER, seed=1).fit(
             samples, known, steps=300
         )
-        assert low < _auc(discriminative.scores(candidates), 20) < high, name
+        for attack in (generative, discriminative):
+            if name == "members":
+                assert _auc(attack.scores(candidates), 20) > 0.65, name
+            else:
+                assert 0.4 < _null_auc(attack.scores(records["pool"])) < 0.6, name
 
 
 def test_auxiliary_knowledge_validation() -> None:

@@ -126,3 +126,20 @@ def test_dp_norm_is_random_when_noise_dominates() -> None:
     norms = np.full(3, 2.05)
     picks = {dp_norm(norms, 100.0, rng=s) for s in range(20)}
     assert len(picks) > 5
+
+
+def test_dp_norm_count_noise_has_std_sqrt2_sigma() -> None:
+    """Alg. 6 adds N(0, 2 sigma_C^2) to every count.
+
+    Two bins with counts (2, 0): the second wins when N_2 - N_1 > 2, and the
+    difference of two N(0, 2 sigma^2) draws is N(0, 4 sigma^2), so with
+    sigma_C = 1 the rate is Phi(-1) = 0.159 (std without sqrt 2: Phi(-1.41) =
+    0.079). 4000 draws: standard error 0.0058; the tolerance 0.025 is over four
+    of them and the mutant misses by 0.08.
+    """
+    rng = np.random.default_rng(12)
+    picks = np.array(
+        [dp_norm([0.5, 0.7], 1.0, c_max=2.0, bins=2, rng=rng) for _ in range(4000)]
+    )
+    assert set(np.unique(picks)) <= {1.0, 2.0}
+    assert np.mean(picks == 2.0) == pytest.approx(stats.norm.sf(1.0), abs=0.025)

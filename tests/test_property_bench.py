@@ -6,7 +6,8 @@ import json
 
 import pytest
 from cli_process import run_fedleak
-from fedleak.attacks.property.scoring import analyse_run
+from fedleak.attacks.property.scoring import analyse_run, load_truth
+from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
 from fedleak.bench.property import run_property_bench
@@ -80,8 +81,14 @@ def test_quick_two_party_writes_json_plots_and_rescorable_runs(tmp_path):
     assert "secagg_property" not in saved["summary"]
     assert "watermark_auc" not in saved["summary"]
     for row in saved["runs"]:
-        assert 0.0 <= row["auc"] <= 1.0
         assert len(row["series"]["scores"]) == 7  # rounds 1..7 observed in 2..8
+        # the recorded AUC is scikit-learn's ROC AUC of the recorded scores
+        # against the target's truth (property in the round's batch or not)
+        truth = load_truth(tmp_path / row["run_dir"] / "target" / "truth.jsonl")
+        labels = [1 if truth[r] > 0 else 0 for r in row["series"]["rounds"]]
+        assert row["auc"] == pytest.approx(
+            roc_auc_score(labels, row["series"]["scores"]), abs=1e-12
+        )
         # the observations on disk re-score to the recorded AUC
         assert analyse_run(tmp_path / row["run_dir"])["auc"] == row["auc"]
     for plot in report["plots"]:  # names of files next to the JSON

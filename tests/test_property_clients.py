@@ -274,6 +274,30 @@ def test_alpha_zero_reproduces_the_passive_uploads_exactly(tmp_path):
     assert not np.allclose(pushed[0]["net.1.weight"], passive[0]["net.1.weight"])
 
 
+def test_active_upload_weighs_the_property_term_by_alpha(tmp_path):
+    """Ch. 7.1.5: the upload is the gradient of (1 - alpha) L_main + alpha L_prop.
+
+    In round 1 the head starts from the same seed and the auxiliary batch is
+    seeded by the round, so the gradient is linear in alpha:
+    g(alpha) = (1 - alpha) g(0) + alpha g(1). alpha = 0.25 is not its own
+    mirror, so swapped weights (alpha on the main term) fail.
+    """
+
+    def first_upload(alpha: float, name: str) -> dict[str, np.ndarray]:
+        config = experiment(
+            adversary={"kind": "active-property", "property": {"alpha": alpha}}
+        )
+        return _uploads(ActivePropertyAdversary, config, tmp_path / name)[0]
+
+    main, prop = first_upload(0.0, "a0"), first_upload(1.0, "a1")
+    quarter = first_upload(0.25, "q")
+    assert not np.allclose(main["net.1.weight"], prop["net.1.weight"])
+    for name in main:
+        np.testing.assert_allclose(
+            quarter[name], 0.75 * main[name] + 0.25 * prop[name], rtol=1e-4, atol=1e-6
+        )
+
+
 def _recording_app(uploads: dict[tuple[int, int], dict[str, np.ndarray]]) -> Any:
     app = make_experiment_client_app()
 

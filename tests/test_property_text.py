@@ -98,3 +98,30 @@ def test_the_attack_finds_the_category_and_its_words(tmp_path):
     np.testing.assert_array_equal(again.scores, result.scores)
     with pytest.raises(ConfigError):
         run_text_property_attack(task, "space", participants=1)
+
+
+def test_the_result_serialises_its_summary():
+    from fedleak.attacks.property.text import TextAttackResult
+
+    result = TextAttackResult(
+        property_category="space",
+        auc=0.75,
+        top_words=("moon", "star"),
+        correlation=0.5,
+        test_accuracy=0.9,
+        rounds=12,
+        participants=3,
+        batch_fraction=0.25,
+        scores=np.array([0.1, 0.9]),
+        truth=np.array([0, 1]),
+    )
+    assert result.to_json() == {
+        "property": "space",
+        "auc": 0.75,
+        "top_words": ["moon", "star"],
+        "correlation": 0.5,
+        "test_accuracy": 0.9,
+        "rounds": 12,
+        "participants": 3,
+        "batch_fraction": 0.25,
+    }

@@ -70,6 +70,11 @@ __all__ = [
     "torch_generator",
 ]
 
+_UNUSED_LAYER = (
+    "a trainable parameter got no per-sample gradient; every trainable layer "
+    "must be used by the loss."
+)
+
 Neighbouring = Literal["add_remove", "replace_one"]
 OptimizerName = Literal["sgd", "adam"]
 PerSampleMode = Literal["ghost", "hooks"]
@@ -239,10 +244,7 @@ class DPSGD:
         for p in self._params:
             sample = getattr(p, "grad_sample", None)
             if sample is None:
-                raise ConfigError(
-                    "a trainable parameter got no per-sample gradient; every "
-                    "trainable layer must be used by the loss."
-                )
+                raise ConfigError(_UNUSED_LAYER)
             grads.append(sample.detach())
         return grads
 
@@ -292,7 +294,10 @@ class DPSGD:
     def _per_sample_norms(self, batch: int) -> torch.Tensor:
         norms: torch.Tensor
         if isinstance(self._grad_sample, GradSampleModuleFastGradientClipping):
-            norms = self._grad_sample.get_norm_sample().detach()
+            try:
+                norms = self._grad_sample.get_norm_sample().detach()
+            except AttributeError as missing:  # Opacus: a parameter got no norm
+                raise ConfigError(_UNUSED_LAYER) from missing
         else:
             grads = self._per_sample_gradients()
             norms = torch.cat([g.reshape(batch, -1) for g in grads], dim=1).norm(dim=1)
