@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
@@ -298,3 +299,22 @@ def test_no_warning_when_loading_read_only_arrays_into_a_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         set_arrays(model, arrays)
+
+
+@pytest.mark.skipif(
+    __import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc only"
+)
+def test_memory_settings_reach_the_processes_started_inside_the_block_only(
+    monkeypatch,
+):
+    for name in engine.MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert engine.keep_freed_memory(children=False)
+    assert not any(name in os.environ for name in engine.MALLOC_ENV)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")  # the user's own setting
+    with fast_engine():
+        assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+        assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123"
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123"
+

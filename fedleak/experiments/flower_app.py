@@ -41,7 +41,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedleak.errors import ConfigError
 
 from .config import load_config
-from .engine import RAY_INLINE_BYTES, fast_engine, install_engine
+from .engine import RAY_INLINE_BYTES, fast_engine, install_engine, keep_freed_memory
 from .runner import make_experiment_client_app, preflight
 from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
 
@@ -67,10 +67,12 @@ client_app = make_experiment_client_app()
 # Flower's simulation loads this ClientApp before it starts Ray and its
 # message threads (which look their functions up then); the ServerApp's
 # main() may start later. So fedleak's engine functions go in now, dormant
-# (exactly Flower's behaviour until main() activates them), and Ray gets the
-# inlining setting of fedleak.experiments.engine through its environment.
+# (exactly Flower's behaviour until main() activates them), and Ray's
+# processes get the engine's inlining and memory settings through their
+# environment.
 # The flwr-simulation process runs this one run and exits.
 install_engine()
+keep_freed_memory()
 os.environ.setdefault("RAY_max_direct_call_object_size", str(RAY_INLINE_BYTES))
 
 
