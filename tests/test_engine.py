@@ -318,3 +318,17 @@ def test_memory_settings_reach_the_processes_started_inside_the_block_only(
     assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123"
 
+
+def test_the_inference_pooling_path_gives_the_training_paths_numbers():
+    """Pooling in channels-last memory (no autograd) changes no value."""
+    import torch
+
+    from fedleak.models import build_model
+
+    model = build_model("cnn", (1, 28, 28), 10, seed=4)
+    x = torch.randn(50, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    model.eval()
+    with torch.no_grad():
+        fast = model(x)
+    slow = model(x).detach()  # autograd on: the plain kernel
+    assert torch.equal(fast, slow)
