@@ -26,9 +26,13 @@ The three ways:
     one pickle round trip of the message and of the reply for the transport
     (the copies any transport makes). Its round is the *essential compute*:
     the server's own work (sampling, messages, aggregation, evaluation) plus
-    the clients' work divided by the number of Ray actors the simulation runs
-    them on (``cpus // cpus_per_client``), i.e. perfectly parallel clients.
+    the clients' work divided by the number of clients the simulation runs at
+    once (its Ray actors, ``cpus // cpus_per_client``, at most one per CPU),
+    i.e. perfectly parallel clients.
 
+The server process keeps freed memory in all three ways
+(:func:`fedleak.experiments.engine.keep_freed_memory`; it cannot be undone
+in a process), the clients' processes only in ``fedleak`` and ``essential``.
 Each way runs ``rounds`` rounds; the first round is left out everywhere (Ray's
 start-up, the one-off partition-id query and key setup). A full run repeats
 the two simulations in two blocks in swapped order so that drift of the
@@ -82,6 +86,7 @@ from fedleak.experiments.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     fast_engine,
+    keep_freed_memory,
     simulation_backend_config,
     timing_mod,
 )
@@ -105,6 +110,9 @@ COMPONENTS = ("wall_s", "wait_s", "client_compute_s", "evaluate_s", "server_s")
 SECURE_CLIENTS = 10
 SECURE_LENGTH = 10**5
 _VECTOR = "w"
+SETTLE_S = 3.0
+"""Pause after each simulation: Ray's processes take a few seconds to exit,
+and the next measurement would share the CPUs with them."""
 
 
 # ------------------------------------------------------------------ in-process
@@ -407,9 +415,16 @@ def _experiment(
     }
 
 
+def _cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _actors(cpus_per_client: float, clients: int) -> int:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    return max(1, min(clients, int(cpus // cpus_per_client)))
+    """Clients that run at once: Ray's actors (one per ``cpus_per_client``), <= CPUs."""
+    cpus = _cpus()
+    return max(1, min(clients, int(cpus // cpus_per_client), cpus))
 
 
 def run_engine_bench(
@@ -448,6 +463,10 @@ def run_engine_bench(
     if rounds < 2 or secure_rounds < 2:
         raise fedleak.ConfigError("rounds must be >= 2 (the first round is left out)")
     say = progress or (lambda line: None)
+    # the fedleak engine's simulations keep freed memory in the server process
+    # (for good) and in their Ray processes; the in-process runs need the same
+    # for the server, and the peer's Ray processes must not get it
+    keep_freed_memory(children=False)
     started = time.perf_counter()
     load_before = os.getloadavg()
     quickstart: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
@@ -463,6 +482,7 @@ def run_engine_bench(
                 say(f"block {block + 1}/{blocks}: quickstart, {_name(fast)} engine")
                 run = _simulate_quickstart(rounds, fast, verbose, work)
                 quickstart[_name(fast)].append(run)
+                time.sleep(SETTLE_S)
             say(f"block {block + 1}/{blocks}: secure round in process")
             secure["essential"].append(_essential_secure(secure_config, verbose))
             for fast in order:
@@ -470,6 +490,7 @@ def run_engine_bench(
                 secure[_name(fast)].append(
                     _simulate_secure(secure_config, fast, verbose)
                 )
+                time.sleep(SETTLE_S)
     quick_config = _quickstart_config(rounds, "fedleak")
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -484,9 +505,7 @@ def run_engine_bench(
             "torch": version("torch"),
         },
         "machine": {
-            "cpus": len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(),
+            "cpus": _cpus(),
             "platform": platform.platform(),
             "load_average_before": list(load_before),
             "load_average_after": list(os.getloadavg()),
