@@ -19,6 +19,7 @@ deployment sets with ``flower-supernode --node-config "partition-id=0 ..."``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import cast
 
@@ -40,6 +41,7 @@ from fedleak import protocol
 from fedleak.errors import ConfigError
 from fedleak.task import ClientData, TaskSpec, client_data
 from fedleak.training import (
+    arrays_from_records,
     batch_gradient,
     evaluate,
     get_arrays,
@@ -50,6 +52,7 @@ from fedleak.training import (
 __all__ = [
     "BehaviourFactory",
     "HonestClient",
+    "RebuiltClientApp",
     "add_identify_handler",
     "make_honest_client_app",
     "partition_id_of",
@@ -144,7 +147,20 @@ class HonestClient:
     def model_at(self, arrays: ArrayRecord) -> torch.nn.Module:
         """Build a fresh task model loaded with the received global ``arrays``."""
         model = self.spec.new_model()
-        set_arrays(model, {name: a.numpy() for name, a in arrays.items()})
+        set_arrays(model, arrays_from_records(arrays))
+        return model
+
+    def work_model_at(self, arrays: ArrayRecord) -> torch.nn.Module:
+        """Return this thread's reusable task model, loaded with ``arrays``.
+
+        Building the model costs about as much as one mini-batch gradient of
+        the quickstart CNN, so the honest replies reuse one model per task
+        and thread (a Ray actor runs one message at a time). Every call
+        overwrites all its weights and buffers; the caller must not keep it
+        past the reply or change its structure (use :meth:`model_at` then).
+        """
+        model = _work_model(self.spec)
+        set_arrays(model, arrays_from_records(arrays))
         return model
 
     def next_batch(self, state: ConfigRecord) -> np.ndarray:
@@ -169,7 +185,7 @@ class HonestClient:
         self, arrays: ArrayRecord, state: ConfigRecord
     ) -> tuple[ArrayRecord, MetricRecord]:
         """One-batch gradient at the global model (seed 000 Alg. 1, ClientUpdate)."""
-        model = self.model_at(arrays)
+        model = self.work_model_at(arrays)
         batch = torch.from_numpy(self.next_batch(state))
         grads, loss, acc = batch_gradient(
             model, self.data.x_train[batch], self.data.y_train[batch]
@@ -187,7 +203,7 @@ class HonestClient:
         self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
     ) -> tuple[ArrayRecord, MetricRecord]:
         """Local epochs of SGD from the global model (seed 000 Alg. 2, ClientUpdate)."""
-        model = self.model_at(arrays)
+        model = self.work_model_at(arrays)
         epochs = config.get(protocol.LOCAL_EPOCHS, self.spec.local_epochs)
         lr = config.get(protocol.LEARNING_RATE, self.spec.learning_rate)
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
@@ -217,7 +233,9 @@ class HonestClient:
 
     def evaluate_reply(self, arrays: ArrayRecord) -> MetricRecord:
         """Loss and accuracy of the global model on this client's test share."""
-        result = evaluate(self.model_at(arrays), self.data.x_test, self.data.y_test)
+        result = evaluate(
+            self.work_model_at(arrays), self.data.x_test, self.data.y_test
+        )
         return MetricRecord(
             {
                 protocol.NUM_EXAMPLES: result.num_examples,
@@ -225,6 +243,23 @@ class HonestClient:
                 "eval-accuracy": result.accuracy,
             }
         )
+
+
+_WORK_MODELS = threading.local()
+_WORK_MODELS_PER_THREAD = 4
+
+
+def _work_model(spec: TaskSpec) -> torch.nn.Module:
+    """Return this thread's model for ``spec``, building it on first use."""
+    cache: dict[TaskSpec, torch.nn.Module] | None = getattr(_WORK_MODELS, "cache", None)
+    if cache is None:
+        cache = _WORK_MODELS.cache = {}
+    model = cache.get(spec)
+    if model is None:
+        if len(cache) >= _WORK_MODELS_PER_THREAD:
+            del cache[next(iter(cache))]
+        model = cache[spec] = spec.new_model()
+    return model
 
 
 def _array(value: np.ndarray) -> Array:
@@ -257,10 +292,31 @@ def _behaviour_for(
     return client
 
 
+class RebuiltClientApp(ClientApp):
+    """A ClientApp that pickles as a call to a module-level function.
+
+    Flower's Ray engine pickles the ClientApp with every message it hands to
+    an actor (``ClientAppActor.run(app_fn, message, ...)``). An app whose
+    handlers are closures pickles by value: about 5 kB and 1 ms per message
+    on the server, and as long again to unpickle in the actor. This one
+    pickles as a reference to ``rebuild``, which must return an equivalent
+    app (cache it, e.g. with :func:`functools.cache`, so each actor builds
+    it once).
+    """
+
+    def __init__(self, rebuild: Callable[[], ClientApp], mods: list[Mod] | None):
+        super().__init__(mods=mods)
+        self.rebuild = rebuild
+
+    def __reduce__(self) -> tuple[Callable[[], ClientApp], tuple[()]]:
+        return self.rebuild, ()
+
+
 def make_honest_client_app(
     *,
     mods: list[Mod] | None = None,
     behaviour: type[HonestClient] | BehaviourFactory = HonestClient,
+    rebuild: Callable[[], ClientApp] | None = None,
 ) -> ClientApp:
     """Build the honest ClientApp (train, evaluate and identify handlers).
 
@@ -274,12 +330,16 @@ def make_honest_client_app(
         :data:`BehaviourFactory` ``f(spec, partition_id, config)`` that picks
         one per node, e.g. an adversary on one partition and honest clients
         elsewhere (every node of a simulation runs the same ClientApp).
+    rebuild : callable, optional
+        A module-level function returning this same app: the app then
+        pickles as a reference to it (:class:`RebuiltClientApp`), which
+        saves Flower's Ray engine pickling the app with every message.
 
     Returns
     -------
     flwr.clientapp.ClientApp
     """
-    app = ClientApp(mods=mods)
+    app = ClientApp(mods=mods) if rebuild is None else RebuiltClientApp(rebuild, mods)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

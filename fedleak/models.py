@@ -77,6 +77,28 @@ def _image_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
     return channels, height, width
 
 
+class _MaxPool2d(nn.MaxPool2d):
+    """``nn.MaxPool2d`` that pools in channels-last memory when no gradient is needed.
+
+    PyTorch's CPU kernel for channels-first tensors is several times slower
+    than its channels-last one: the three pools of the quickstart CNN on its
+    360 test images take 8.2 ms against 2.8 ms with the layout copies. A
+    maximum does not depend on the layout, so the values are identical. With
+    autograd on, the plain kernel is as fast and is kept (measured on a
+    batch of 32).
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Pool ``input``; a 4-d input without autograd goes through channels-last."""
+        if torch.is_grad_enabled() or input.dim() != 4:
+            plain: torch.Tensor = super().forward(input)
+            return plain
+        pooled: torch.Tensor = super().forward(
+            input.contiguous(memory_format=torch.channels_last)
+        )
+        return pooled.contiguous()
+
+
 class ImageCNN(nn.Module):
     """Three-block CNN of seed 000 Ch. 7.2.1, sized from the input shape.
 
@@ -112,7 +134,7 @@ class ImageCNN(nn.Module):
         for out_ch in channels:
             layers += [nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1), nn.ReLU()]
             if min(height, width) >= 2:
-                layers.append(nn.MaxPool2d(2))
+                layers.append(_MaxPool2d(2))
                 height, width = height // 2, width // 2
             in_ch = out_ch
         self.features = nn.Sequential(*layers)

@@ -7,7 +7,10 @@ Alg. 2 (local epochs of SGD) can be tested without a federation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -15,10 +18,14 @@ from torch import nn
 
 __all__ = [
     "EvalResult",
+    "SerializedArray",
+    "arrays_from_records",
     "batch_gradient",
     "evaluate",
     "get_arrays",
+    "read_npy",
     "set_arrays",
+    "torch_threads",
     "train_epochs",
 ]
 
@@ -42,9 +49,79 @@ def get_arrays(model: nn.Module) -> dict[str, np.ndarray]:
 def set_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
     """Load ``arrays`` (a full state dict as numpy arrays) into ``model``."""
     state = {
-        name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()
+        name: (
+            torch.from_numpy(np.ascontiguousarray(a))
+            if a.flags.writeable
+            else torch.tensor(a)  # torch warns on read-only memory; copy it
+        )
+        for name, a in arrays.items()
     }
     model.load_state_dict(state, strict=True)
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npy(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Return a read-only view of the C-ordered array stored in ``.npy`` bytes.
+
+    Flower's ``Array`` holds its data as the bytes of ``numpy.save`` (with
+    its ``dtype`` and ``shape`` beside them); ``numpy.load`` re-parses the
+    header with ``ast.literal_eval``, which costs 20 times the copy for the
+    quickstart model (0.32 ms against 0.015 ms for its 10 arrays). This reads
+    the header length and checks it against ``dtype`` and ``shape``
+    instead. Returns None when the bytes are not a plain C-ordered ``.npy``
+    of that dtype and shape; the caller then falls back to ``numpy.load``.
+    """
+    if data[:6] != _NPY_MAGIC or data[6] not in (1, 2, 3):
+        return None
+    width = 2 if data[6] == 1 else 4
+    start = 8 + width
+    end = start + int.from_bytes(data[8:start], "little")
+    header = data[start:end]
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        return None
+    count = int(np.prod(shape, dtype=np.int64))
+    descr = np.lib.format.dtype_to_descr(kind)
+    if (
+        b"'fortran_order': False" not in header
+        or f"'descr': {descr!r}".encode() not in header
+        or len(data) - end != count * kind.itemsize
+    ):
+        return None
+    return np.frombuffer(data, dtype=kind, count=count, offset=end).reshape(shape)
+
+
+class SerializedArray(Protocol):
+    """An array stored as ``numpy.save`` bytes (Flower's ``flwr.app.Array``)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    stype: str
+    data: bytes
+
+    def numpy(self) -> np.ndarray:
+        """Deserialise with ``numpy.load``."""
+        ...
+
+
+def arrays_from_records(arrays: Mapping[str, SerializedArray]) -> dict[str, np.ndarray]:
+    """Return ``{name: ndarray}`` for serialised arrays, as read-only views.
+
+    Uses :func:`read_npy` and falls back to each array's own ``numpy()`` for
+    anything else (another serialisation, a Fortran-ordered array).
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        view = (
+            read_npy(array.data, array.dtype, tuple(array.shape))
+            if array.stype == "numpy.ndarray"
+            else None
+        )
+        out[name] = array.numpy() if view is None else view
+    return out
 
 
 def batch_gradient(
@@ -150,3 +227,28 @@ def evaluate(
     if n == 0:
         return EvalResult(float("nan"), float("nan"), 0)
     return EvalResult(total_loss / n, correct / n, n)
+
+
+@contextmanager
+def torch_threads(num_threads: int) -> Iterator[None]:
+    """Run the block with ``num_threads`` torch intra-op threads (0: unchanged).
+
+    Torch's thread count is per process; it is restored when the block ends.
+    A simulation's server evaluates while its Ray actors hold the CPUs, and
+    on a loaded machine torch's OpenMP threads then wait for each other
+    (measured: 360 test images, 13-16 ms on one thread, 65-184 ms on two).
+    Set it around a whole run, not around each call: changing the count
+    invalidates oneDNN's cached kernels (an evaluation right after a change
+    took 33 ms against 15 ms).
+    """
+    if num_threads < 0:
+        raise ValueError(f"num_threads must be >= 0, got {num_threads}")
+    before = torch.get_num_threads()
+    if num_threads == 0 or num_threads == before:
+        yield
+        return
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

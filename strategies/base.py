@@ -46,6 +46,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, ProtocolError
+from fedleak.training import arrays_from_records
 from fedleak.validation import check_int, check_probability
 
 __all__ = [
@@ -57,8 +58,13 @@ __all__ = [
 
 
 def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """Return the arrays of ``record`` as an ordered ``{name: ndarray}`` dict."""
-    return {name: array.numpy() for name, array in record.items()}
+    """Return the arrays of ``record`` as an ordered ``{name: ndarray}`` dict.
+
+    The arrays are read-only views of the record's bytes (no ``numpy.load``
+    per array: :func:`fedleak.training.arrays_from_records`); copy one to
+    change it.
+    """
+    return arrays_from_records(record)
 
 
 def numpy_to_arrays(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:

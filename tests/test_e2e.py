@@ -68,6 +68,54 @@ def test_same_seed_same_numbers(tmp_path):
     assert first["final"] == second["final"]
 
 
+@pytest.mark.parametrize("strategy", ["sync-sgd", "model-averaging"])
+def test_the_fast_engine_changes_no_result(tmp_path, strategy):
+    """Same seed, same numbers with fedleak's engine and with Flower's polling."""
+    fast = run(tiny(strategy, rounds=3), tmp_path / "fast")
+    slow = run(
+        tiny(strategy, rounds=3, federation={"engine": "flower"}), tmp_path / "slow"
+    )
+    assert fast["rounds"] == slow["rounds"]
+    assert fast["final"] == slow["final"]
+    fast_model = np.load(tmp_path / "fast" / "model.npz")
+    slow_model = np.load(tmp_path / "slow" / "model.npz")
+    for name in fast_model:
+        assert np.array_equal(fast_model[name], slow_model[name]), name
+    assert fast["timing"]["engine"] == {
+        "engine": "fedleak",
+        "poll_interval": 0.002,
+        "wake_ups": True,
+    }
+    assert slow["timing"]["engine"] == {
+        "engine": "flower",
+        "poll_interval": 0.1,
+        "wake_ups": False,
+    }
+
+
+def test_results_split_every_round_into_waiting_compute_and_server_work(tmp_path):
+    results = run(tiny("sync-sgd", rounds=3), tmp_path / "run")
+    timing = results["timing"]
+    assert [row["round"] for row in timing["rounds"]] == [1, 2, 3]
+    assert timing["round_s"] == [row["wall_s"] for row in timing["rounds"]]
+    for row in timing["rounds"]:
+        # a train exchange with 3 replies and the (empty) evaluate exchange;
+        # round 1 also asks the 3 nodes for their partition ids
+        first = row["round"] == 1
+        assert row["exchanges"] == (3 if first else 2)
+        assert row["replies"] == (6 if first else 3)
+        assert 0 < row["client_compute_max_s"] <= row["client_compute_s"]
+        # waiting and evaluating are disjoint spans inside the round's wall time
+        assert row["wait_s"] > 0 and row["evaluate_s"] > 0
+        assert row["wait_s"] + row["evaluate_s"] <= row["wall_s"]
+    lines = (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in lines]
+    assert "timing" not in logged[0] and [r["timing"] for r in logged[1:]] == [
+        {k: v for k, v in row.items() if k != "round"} for row in timing["rounds"]
+    ]
+    assert all("timing" not in row for row in results["rounds"])
+
+
 def test_flower_dp_wrapper_around_model_averaging_completes(tmp_path):
     raw = tiny(
         "model-averaging",

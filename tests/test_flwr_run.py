@@ -81,3 +81,10 @@ def test_flwr_run_dot_runs_the_configured_experiment(tmp_path):
     assert check_results(results) == []
     assert results["config"]["federation"]["num_clients"] == 3
     assert all(row["train"]["num-replies"] == 3 for row in results["rounds"])
+    # fedleak's engine reached Flower's simulation process (flower_app installs
+    # it when Flower imports the ClientApp, before the engine's threads start)
+    assert results["timing"]["engine"] == {
+        "engine": "fedleak",
+        "poll_interval": 0.002,
+        "wake_ups": True,
+    }

@@ -149,3 +149,36 @@ def test_message_without_task_raises():
     )
     with pytest.raises(Exception, match="no fedleak task"):
         app(Message(content, metadata=metadata(0, dst=77)), context(0))
+
+
+def test_work_model_gives_the_fresh_models_gradient_bit_for_bit():
+    """Reusing one model per task changes no number (same seed, same results)."""
+    client = HonestClient(SPEC, 2)
+    batch = torch.arange(40)
+    x, y = client.data.x_train[batch], client.data.y_train[batch]
+    first = global_arrays()
+    other = ArrayRecord({k: v * 0.5 for k, v in SPEC.new_model().state_dict().items()})
+    fresh, _, _ = batch_gradient(client.model_at(first), x, y)
+    # the work model served other weights (and a training step) in between
+    client.model_reply(other, ConfigRecord({protocol.LOCAL_EPOCHS: 1}), 1)
+    reused, _, _ = batch_gradient(client.work_model_at(first), x, y)
+    assert client.work_model_at(first) is client.work_model_at(other)
+    assert fresh.keys() == reused.keys()
+    for name, value in fresh.items():
+        assert np.array_equal(value, reused[name]), name
+
+
+def test_an_app_built_with_rebuild_pickles_as_a_reference():
+    import pickle
+
+    from fedleak.experiments.runner import experiment_client_app
+
+    app = experiment_client_app()
+    data = pickle.dumps(app)
+    assert len(data) < 200  # a module reference, not 5 kB of closures
+    assert pickle.loads(data) is app  # the process's cached app
+    reply = pickle.loads(data)(
+        instruction("train", {protocol.TRAIN_MODE: protocol.MODE_GRADIENT}), context(1)
+    )
+    assert not reply.has_error()
+    assert reply.content[protocol.METRICS_KEY][protocol.NUM_EXAMPLES] == 40

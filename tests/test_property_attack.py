@@ -551,7 +551,9 @@ def test_series_keep_equal_rounds_in_order_and_predictions_are_integers():
     # many repeated rounds (several adversaries, resumed runs): a stable order
     many = np.array([3, 1, 2] * 40)
     _, ordered = score_series(many, np.arange(120), window=1)
-    np.testing.assert_array_equal(ordered, np.arange(120)[np.argsort(many, kind="stable")])
+    np.testing.assert_array_equal(
+        ordered, np.arange(120)[np.argsort(many, kind="stable")]
+    )
     _, smooth = score_series(np.array([1, 2]), np.array([2.0, 4.0]), window=2)
     np.testing.assert_allclose(smooth, [2.0, 3.0])
     assert dataset_score([1, 2]) == 1.5

@@ -47,6 +47,11 @@ class Benchmark:
 #: Every benchmark, in the order ``fedleak bench --help`` lists them.
 BENCHMARKS: Final[tuple[Benchmark, ...]] = (
     Benchmark(
+        "engine",
+        "engine",
+        "A simulated round vs the compute it contains: fedleak's engine vs Flower's.",
+    ),
+    Benchmark(
         "strategies",
         "strategies",
         "Time rounds of SyncSGD and ModelAveraging vs Flower's FedAvg, same "

@@ -28,7 +28,9 @@ the server waits for that many nodes before round 1.
 
 from __future__ import annotations
 
+import os
 import shlex
+from contextlib import AbstractContextManager, nullcontext
 from importlib import resources
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedleak.errors import ConfigError
 
 from .config import load_config
+from .engine import RAY_INLINE_BYTES, fast_engine, install_engine, keep_freed_memory
 from .runner import make_experiment_client_app, preflight
 from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
 
@@ -61,6 +64,17 @@ app = ServerApp()
 #: The ClientApp of ``flwr run .``: the same roles as ``fedleak run``.
 client_app = make_experiment_client_app()
 
+# Flower's simulation loads this ClientApp before it starts Ray and its
+# message threads (which look their functions up then); the ServerApp's
+# main() may start later. So fedleak's engine functions go in now, dormant
+# (exactly Flower's behaviour until main() activates them), and Ray's
+# processes get the engine's inlining and memory settings through their
+# environment.
+# The flwr-simulation process runs this one run and exits.
+install_engine()
+keep_freed_memory()
+os.environ.setdefault("RAY_max_direct_call_object_size", str(RAY_INLINE_BYTES))
+
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
@@ -74,6 +88,13 @@ def main(grid: Grid, context: Context) -> None:
     run_dir = make_run_dir(config, out)
     write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir)
-    result = run_federation(grid, config, recorder)
+    federation = config.federation
+    engine: AbstractContextManager[bool] = (
+        fast_engine(federation.poll_interval)
+        if federation.engine == "fedleak"
+        else nullcontext(False)
+    )
+    with engine:
+        result = run_federation(grid, config, recorder)
     results = finish_run(run_dir, config, result, recorder)
     log(20, "fedleak: final %s; results in %s", results["final"], run_dir.resolve())

@@ -17,10 +17,10 @@ A run writes into ``runs/<name>/<timestamp>/`` (or the ``--out`` folder):
 Every file is written to a temporary name in the same folder and renamed into
 place, so a reader never sees a half-written file.
 
-``results.json`` schema, version 1::
+``results.json`` schema, version 2::
 
     {
-      "schema_version": 1,
+      "schema_version": 2,
       "name": str, "seed": int, "created": ISO-8601 str,
       "versions": {"fedleak": str, "flwr": str, "torch": str, "numpy": str},
       "config": {...the resolved experiment...},
@@ -30,8 +30,27 @@ place, so a reader never sees a half-written file.
                   "train": {...aggregated client metrics, num-replies, ...},
                   "evaluate": {...federated evaluation metrics...}}],
       "timing": {"total_s": float, "first_round_s": float,
-                 "median_round_s": float, "round_s": [float, ...]}
+                 "median_round_s": float, "median_round_after_first_s": float,
+                 "round_s": [float, ...],
+                 "rounds": [{"round": int, "wall_s": float, "wait_s": float,
+                             "exchanges": int, "replies": int,
+                             "client_compute_s": float,
+                             "client_compute_max_s": float,
+                             "evaluate_s": float, "server_s": float}],
+                 "median_after_first": {...medians of the keys above...},
+                 "engine": {"engine": str, "poll_interval": float,
+                            "wake_ups": bool}}
     }
+
+A round's ``wall_s`` runs from the end of the previous server evaluation to
+the end of its own, so the rounds tile the run. ``wait_s`` is the time spent
+waiting for replies (all message exchanges of the round), ``evaluate_s`` the
+server's evaluation, ``server_s`` the rest of the server's work (sampling,
+building messages, aggregation, recording); ``client_compute_s`` sums the
+handler times the clients reported (``client_compute_max_s`` is the
+largest). Version 1 (before the engine timing) had no ``timing.rounds``,
+``median_after_first`` or ``engine``, and its ``round_s`` left out the
+server evaluation; :func:`check_results` accepts both.
 
 Everything except ``created`` and ``timing`` is a deterministic function of
 the experiment file (same seed, same numbers).
@@ -46,13 +65,27 @@ from typing import Any
 from fedleak.files import write_atomic
 
 __all__ = [
+    "READABLE_SCHEMA_VERSIONS",
+    "ROUND_TIMING_KEYS",
     "SCHEMA_VERSION",
     "check_results",
     "count_usable_rounds",
     "plot_curves",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+ROUND_TIMING_KEYS = (
+    "round",
+    "wall_s",
+    "wait_s",
+    "exchanges",
+    "replies",
+    "client_compute_s",
+    "client_compute_max_s",
+    "evaluate_s",
+    "server_s",
+)
 
 
 def plot_curves(
@@ -109,8 +142,9 @@ def plot_curves(
 def check_results(obj: Any) -> list[str]:
     """Return the ways ``obj`` departs from the ``results.json`` schema (empty if none).
 
-    Checks the keys and types of schema version 1 and that ``rounds`` holds
-    rounds 1..R in order.
+    Checks the keys and types of schema versions 1 and 2 (the current one
+    also has the per-round timing) and that ``rounds`` holds rounds 1..R in
+    order.
     """
     problems: list[str] = []
     if not isinstance(obj, dict):
@@ -133,8 +167,10 @@ def check_results(obj: Any) -> list[str]:
             problems.append(f"{key!r} must be {kind}")
     if problems:
         return problems
-    if obj["schema_version"] != SCHEMA_VERSION:
-        problems.append(f"schema_version {obj['schema_version']} != {SCHEMA_VERSION}")
+    if obj["schema_version"] not in READABLE_SCHEMA_VERSIONS:
+        problems.append(
+            f"schema_version {obj['schema_version']} not in {READABLE_SCHEMA_VERSIONS}"
+        )
     for key in ("fedleak", "flwr", "torch", "numpy"):
         if not isinstance(obj["versions"].get(key), str):
             problems.append(f"versions.{key} missing")
@@ -149,9 +185,16 @@ def check_results(obj: Any) -> list[str]:
                 )
     if obj["final"].get("round") != len(rounds):
         problems.append("final.round must equal the number of rounds")
-    for key in ("total_s", "round_s"):
+    timing_keys = ["total_s", "round_s"]
+    if obj["schema_version"] >= 2:
+        timing_keys += ["rounds", "median_after_first", "engine"]
+    for key in timing_keys:
         if key not in obj["timing"]:
             problems.append(f"timing.{key} missing")
+    if obj["schema_version"] >= 2 and isinstance(obj["timing"].get("rounds"), list):
+        per_round = obj["timing"]["rounds"]
+        if any(set(ROUND_TIMING_KEYS) - set(row) for row in per_round):
+            problems.append(f"timing.rounds rows must hold {list(ROUND_TIMING_KEYS)}")
     return problems
 
 

@@ -7,16 +7,18 @@ directory is created. Then the ServerApp
 (:func:`fedleak.experiments.server.run_federation`)
 and the honest ClientApp run in Flower's simulation engine, on an embedded
 local Ray instance by default or on an existing Ray cluster
-(``ray_address``; every Ray node must have fedleak installed).
+(``ray_address``; every Ray node must have fedleak installed), without the
+engine's polling delays (:mod:`fedleak.experiments.engine`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from fedleak.errors import FedleakError
 from fedleak.task import TaskSpec, training_pool
 
 from .config import ExperimentConfig
+from .engine import fast_engine, simulation_backend_config, timing_mod
 from .server import (
     RoundCallback,
     RunRecorder,
@@ -47,6 +50,7 @@ from .server import (
 __all__ = [
     "RunOutcome",
     "client_behaviour",
+    "experiment_client_app",
     "make_experiment_client_app",
     "preflight",
     "quiet_flower",
@@ -101,11 +105,21 @@ def make_experiment_client_app() -> ClientApp:
 
     Its secure-aggregation mod takes part in both modes, so that an experiment
     file can measure the seed's ``mode = "thesis"`` beside double masking.
+    :func:`~fedleak.experiments.engine.timing_mod` comes first, so the time
+    a client reports covers secure-aggregation masking too.
     """
     app: ClientApp = make_honest_client_app(
-        mods=[make_secagg_mod(accept_thesis=True)], behaviour=client_behaviour
+        mods=[timing_mod, make_secagg_mod(accept_thesis=True)],
+        behaviour=client_behaviour,
+        rebuild=experiment_client_app,
     )
     return app
+
+
+@functools.cache
+def experiment_client_app() -> ClientApp:
+    """Return this process's experiment ClientApp (what the app pickles as)."""
+    return make_experiment_client_app()
 
 
 class _DropDeprecation(logging.Filter):
@@ -151,7 +165,13 @@ def simulate(
     ray_address: str | None = None,
     verbose: bool = False,
 ) -> Result:
-    """Run the experiment as a Flower simulation and return Flower's ``Result``."""
+    """Run the experiment as a Flower simulation and return Flower's ``Result``.
+
+    Flower's ``run_simulation`` on its Ray backend runs it; with
+    ``[federation] engine = "fedleak"`` inside
+    :func:`~fedleak.experiments.engine.fast_engine`, which removes the
+    engine's 0.1 s polling steps.
+    """
     from flwr.simulation import run_simulation
 
     outcome: dict[str, Result] = {}
@@ -161,26 +181,22 @@ def simulate(
     def main(grid: Grid, context: Context) -> None:
         outcome["result"] = run_federation(grid, config, recorder)
 
-    init_args: dict[str, Any] = {
-        "include_dashboard": False,
-        "logging_level": logging.INFO if verbose else logging.ERROR,
-        "log_to_driver": verbose,
-    }
-    address = ray_address or config.federation.ray_address
-    if address:
-        init_args["address"] = address
-    backend_config: dict[str, Any] = {
-        "client_resources": {
-            "num_cpus": config.federation.cpus_per_client,
-            "num_gpus": 0.0,
-        },
-        "init_args": init_args,
-    }
-    with quiet_flower(verbose):
+    federation = config.federation
+    fast = federation.engine == "fedleak"
+    backend_config = simulation_backend_config(
+        federation.cpus_per_client,
+        ray_address=ray_address or federation.ray_address,
+        inline=fast,
+        verbose=verbose,
+    )
+    engine: AbstractContextManager[bool] = (
+        fast_engine(federation.poll_interval) if fast else nullcontext(False)
+    )
+    with quiet_flower(verbose), engine:
         run_simulation(
             server_app=server_app,
             client_app=make_experiment_client_app(),
-            num_supernodes=config.federation.num_clients,
+            num_supernodes=federation.num_clients,
             backend_config=backend_config,
             verbose_logging=verbose,
         )

@@ -35,9 +35,10 @@ import fedleak
 from fedleak.errors import ConfigError
 from fedleak.files import append_jsonl, write_atomic, write_json_atomic
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
-from fedleak.training import evaluate, set_arrays
+from fedleak.training import arrays_from_records, evaluate, set_arrays, torch_threads
 
 from .config import ExperimentConfig
+from .engine import FLOWER_POLL_INTERVAL, EngineGrid, engine_active
 from .results import SCHEMA_VERSION, plot_curves
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "make_run_dir",
     "num_sampled",
     "run_federation",
+    "timing_summary",
     "write_config",
 ]
 
@@ -132,8 +134,13 @@ class RunRecorder:
     """Times rounds, evaluates the global model on the server, records rows.
 
     Its :meth:`evaluate_fn` is passed to ``Strategy.start``, which calls it
-    before round 1 (round 0) and after every round; the time between the end
-    of one call and the start of the next is that round's wall time.
+    before round 1 (round 0) and after every round. A round's wall time runs
+    from the end of one server evaluation to the end of the next, so the
+    rounds tile the run; :meth:`attach` gives it the
+    :class:`~fedleak.experiments.engine.EngineGrid` whose timed exchanges
+    split each round into waiting for replies, the clients' reported
+    compute, the server's evaluation and the server's other work (sampling,
+    building messages, aggregation, bookkeeping).
 
     Parameters
     ----------
@@ -155,11 +162,22 @@ class RunRecorder:
         self.run_dir = run_dir
         self.on_round = on_round
         self.rows: dict[int, dict[str, Any]] = {}
-        self.round_seconds: dict[int, float] = {}
-        self._last_exit: float | None = None
+        self.timings: dict[int, dict[str, Any]] = {}
+        self.engine: dict[str, Any] = {}
+        self.grid: EngineGrid | None = None
+        self._last_mark: float | None = None
         self.started = time.perf_counter()
         self._model: torch.nn.Module | None = None
         self._test: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def attach(self, grid: EngineGrid, engine: str) -> None:
+        """Take each round's message exchanges from ``grid`` (run by ``engine``)."""
+        self.grid = grid
+        self.engine = {
+            "engine": engine,
+            "poll_interval": grid.poll_interval,
+            "wake_ups": grid.in_memory and engine_active(),
+        }
 
     def _test_set(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._test is None:
@@ -183,28 +201,45 @@ class RunRecorder:
         """Test loss and accuracy of the global ``arrays`` on the held-out set."""
         if self._model is None:
             self._model = self.config.task().new_model()
-        set_arrays(self._model, {k: v.numpy() for k, v in arrays.items()})
+        set_arrays(self._model, arrays_from_records(arrays))
         x, y = self._test_set()
         result = evaluate(self._model, x, y)
         return {"test-accuracy": result.accuracy, "test-loss": result.loss}
+
+    def _round_timing(self, evaluated: float, evaluate_s: float) -> dict[str, Any]:
+        assert self._last_mark is not None
+        exchanges = self.grid.take_exchanges() if self.grid is not None else []
+        compute = [c for e in exchanges for c in e.compute_s]
+        wall = evaluated - self._last_mark
+        wait = sum(e.wait_s for e in exchanges)
+        return {
+            "wall_s": wall,
+            "wait_s": wait,
+            "exchanges": len(exchanges),
+            "replies": sum(e.num_replies for e in exchanges),
+            "client_compute_s": sum(compute),
+            "client_compute_max_s": max(compute, default=0.0),
+            "evaluate_s": evaluate_s,
+            "server_s": wall - wait - evaluate_s,
+        }
 
     def evaluate_fn(
         self, server_round: int, arrays: ArrayRecord
     ) -> MetricRecord | None:
         """Record and evaluate one round (the hook of ``Strategy.start``)."""
         entered = time.perf_counter()
-        if server_round > 0 and self._last_exit is not None:
-            self.round_seconds[server_round] = entered - self._last_exit
         metrics = self.server_metrics(arrays) if self.config.evaluation.server else {}
+        evaluated = time.perf_counter()
         row: dict[str, Any] = {"round": server_round, "server": metrics}
-        if server_round > 0:
-            row["round_s"] = self.round_seconds.get(server_round)
+        if server_round > 0 and self._last_mark is not None:
+            row["timing"] = self._round_timing(evaluated, evaluated - entered)
+            self.timings[server_round] = row["timing"]
+        self._last_mark = evaluated
         self.rows[server_round] = row
         if self.run_dir is not None:
             append_jsonl(self.run_dir / "rounds.jsonl", row)
         if self.on_round is not None:
             self.on_round(server_round, row)
-        self._last_exit = time.perf_counter()
         return MetricRecord(metrics) if metrics else None
 
 
@@ -213,24 +248,37 @@ def run_federation(
 ) -> Result:
     """Run the experiment's strategy on ``grid`` (the body of the ServerApp).
 
+    The strategy sees ``grid`` through an
+    :class:`~fedleak.experiments.engine.EngineGrid` (``[federation] engine``
+    and ``poll_interval``), which the recorder reads the round timing from;
+    torch runs on ``[federation] server_threads`` threads meanwhile.
     Flower's DP wrappers draw their noise from NumPy's global RNG; it is
     seeded here with the run seed so DP runs are reproducible too.
     """
     np.random.seed(config.seed % 2**32)  # noqa: NPY002 - Flower DP draws from it
     strategy = build_strategy(config)
+    federation = config.federation
+    poll = (
+        federation.poll_interval
+        if federation.engine == "fedleak"
+        else FLOWER_POLL_INTERVAL
+    )
+    engine_grid = grid if isinstance(grid, EngineGrid) else EngineGrid(grid, poll)
+    recorder.attach(engine_grid, federation.engine)
     run_dir = "" if recorder.run_dir is None else str(recorder.run_dir.resolve())
     train_config = ConfigRecord(
         {**config.task().to_config(), **config.client_config(run_dir)}
     )
-    return strategy.start(
-        grid=grid,
-        initial_arrays=initial_arrays(config),
-        num_rounds=config.rounds,
-        timeout=config.federation.round_timeout,
-        train_config=train_config,
-        evaluate_config=ConfigRecord(config.task().to_config()),
-        evaluate_fn=recorder.evaluate_fn,
-    )
+    with torch_threads(federation.server_threads):
+        return strategy.start(
+            grid=engine_grid,
+            initial_arrays=initial_arrays(config),
+            num_rounds=config.rounds,
+            timeout=federation.round_timeout,
+            train_config=train_config,
+            evaluate_config=ConfigRecord(config.task().to_config()),
+            evaluate_fn=recorder.evaluate_fn,
+        )
 
 
 def make_run_dir(
@@ -261,6 +309,33 @@ def write_config(path: Path, config: ExperimentConfig) -> None:
     write_atomic(path, write)
 
 
+def timing_summary(recorder: RunRecorder) -> dict[str, Any]:
+    """Return the ``timing`` section of ``results.json`` (see :mod:`.results`)."""
+    ordered = [recorder.timings[r] for r in sorted(recorder.timings)]
+    seconds = [t["wall_s"] for t in ordered]
+    after_first = ordered[1:]
+    medians = (
+        {
+            key: statistics.median(t[key] for t in after_first)
+            for key in (ordered[0] if ordered else {})
+        }
+        if after_first
+        else {}
+    )
+    return {
+        "total_s": time.perf_counter() - recorder.started,
+        "first_round_s": seconds[0] if seconds else None,
+        "median_round_s": statistics.median(seconds) if seconds else None,
+        "median_round_after_first_s": medians.get("wall_s"),
+        "round_s": seconds,
+        "median_after_first": medians,
+        "rounds": [
+            {"round": r, **recorder.timings[r]} for r in sorted(recorder.timings)
+        ],
+        "engine": dict(recorder.engine),
+    }
+
+
 def finish_run(
     run_dir: Path, config: ExperimentConfig, result: Result, recorder: RunRecorder
 ) -> dict[str, Any]:
@@ -270,10 +345,9 @@ def finish_run(
         row = dict(recorder.rows.get(r, {"round": r, "server": {}}))
         row["train"] = _plain(result.train_metrics_clientapp.get(r))
         row["evaluate"] = _plain(result.evaluate_metrics_clientapp.get(r))
-        row.pop("round_s", None)
+        row.pop("timing", None)
         rounds.append(row)
     last = rounds[-1]["server"] if rounds else {}
-    seconds = [recorder.round_seconds[r] for r in sorted(recorder.round_seconds)]
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "name": config.name,
@@ -288,15 +362,7 @@ def finish_run(
         "config": config.model_dump(mode="json"),
         "final": {"round": config.rounds, **last},
         "rounds": rounds,
-        "timing": {
-            "total_s": time.perf_counter() - recorder.started,
-            "first_round_s": seconds[0] if seconds else None,
-            "median_round_s": statistics.median(seconds) if seconds else None,
-            "median_round_after_first_s": (
-                statistics.median(seconds[1:]) if len(seconds) > 1 else None
-            ),
-            "round_s": seconds,
-        },
+        "timing": timing_summary(recorder),
     }
     arrays = {k: v.numpy() for k, v in result.arrays.items()}
     if arrays:

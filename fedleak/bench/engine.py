@@ -1,0 +1,582 @@
+"""``fedleak bench engine``: a simulated round next to the compute it contains.
+
+Two experiments, each run three ways in the same process:
+
+``quickstart``
+    ``sim_configs/quickstart.toml`` (SyncSGD, 4 clients, the thesis CNN on
+    digits) through :func:`fedleak.experiments.run_experiment`.
+``secure_round``
+    :class:`fedleak.strategies.SecureAggregation` around Flower's ``FedAvg``:
+    ``N = 10`` clients each add a fixed float32 vector of ``L = 10**5``
+    entries to the global one (masking, transfers and aggregation and
+    nothing else).
+
+The three ways:
+
+``fedleak``
+    Flower's ``run_simulation`` on Ray with fedleak's engine
+    (``[federation] engine = "fedleak"``: no polling steps, inlined
+    messages; :mod:`fedleak.experiments.engine`).
+``flower``
+    The same simulation with Flower's engine as shipped (0.1 s polling,
+    Ray's defaults): the peer.
+``essential``
+    The same strategy and ClientApp in this process, without Flower's engine
+    or Ray: :class:`InProcessGrid` runs every client's handler directly, with
+    one pickle round trip of the message and of the reply for the transport
+    (the copies any transport makes). Its round is the *essential compute*:
+    the server's own work (sampling, messages, aggregation, evaluation) plus
+    the clients' work divided by the number of clients the simulation runs at
+    once (its Ray actors, ``cpus // cpus_per_client``, at most one per CPU),
+    i.e. perfectly parallel clients.
+
+The server process keeps freed memory in all three ways
+(:func:`fedleak.experiments.engine.keep_freed_memory`; it cannot be undone
+in a process), the clients' processes only in ``fedleak`` and ``essential``.
+Each way runs ``rounds`` rounds; the first round is left out everywhere (Ray's
+start-up, the one-off partition-id query and key setup). A full run repeats
+the two simulations in two blocks in swapped order so that drift of the
+machine spreads over both. The record gives each way's median round and its
+medians per component (the ``timing`` rows of ``results.json``), the ratios
+``fedleak / essential`` and ``flower / fedleak``, and whether the three ways
+produced the same numbers (they must: same seed, same results).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.app.error import Error
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg, Result
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+from rich.table import Table
+
+import fedleak
+from fedleak.clients import add_identify_handler, partition_id_of, secagg_mod
+from fedleak.clients.honest import RebuiltClientApp
+from fedleak.experiments.config import ExperimentConfig, load_config, validate
+from fedleak.experiments.engine import (
+    FLOWER_POLL_INTERVAL,
+    EngineGrid,
+    fast_engine,
+    keep_freed_memory,
+    simulation_backend_config,
+    timing_mod,
+)
+from fedleak.experiments.runner import (
+    make_experiment_client_app,
+    quiet_flower,
+    run_experiment,
+)
+from fedleak.experiments.server import RunRecorder, run_federation, timing_summary
+from fedleak.strategies import SecureAggregation
+from fedleak.training import torch_threads
+
+from .console import out as console
+from .console import say, written
+from .record import BenchRecord
+
+__all__ = [
+    "InProcessGrid",
+    "command",
+    "run_engine_bench",
+    "secure_vector_app",
+]
+
+COMPONENTS = ("wall_s", "wait_s", "client_compute_s", "evaluate_s", "server_s")
+SECURE_CLIENTS = 10
+SECURE_LENGTH = 10**5
+_VECTOR = "w"
+SETTLE_S = 3.0
+"""Pause after each simulation: Ray's processes take a few seconds to exit,
+and the next measurement would share the CPUs with them."""
+
+
+# ------------------------------------------------------------------ in-process
+class InProcessGrid(Grid):
+    """A Grid whose nodes are one ClientApp called in this process.
+
+    Every pushed message is pickled and unpickled (what any transport must
+    copy), handled by ``app`` with its node's ``Context`` (kept across
+    messages, as Flower does), and the reply is pickled and unpickled too. A
+    handler that raises becomes an error reply, as in Flower's engine.
+
+    Parameters
+    ----------
+    app : flwr.clientapp.ClientApp
+        The ClientApp every node runs.
+    num_nodes : int
+        Nodes ``1..num_nodes``, with partition ids ``0..num_nodes-1``.
+    """
+
+    def __init__(self, app: ClientApp, num_nodes: int) -> None:
+        self.app = app
+        self.contexts = {
+            i + 1: Context(
+                run_id=1,
+                node_id=i + 1,
+                node_config={"partition-id": i, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+            for i in range(num_nodes)
+        }
+        self._replies: dict[str, Message] = {}
+        self._run: Run | None = None
+
+    def set_run(self, run: Run) -> None:
+        """Remember the run (unused in this process)."""
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        """The run given to :meth:`set_run`."""
+        assert self._run is not None
+        return self._run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """Create a message as the Message constructor does."""
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Return the node ids."""
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Handle every message now; keep the replies for :meth:`pull_messages`."""
+        ids = []
+        for message in messages:
+            message_id = str(uuid.uuid4())
+            message.metadata.__dict__["_message_id"] = message_id
+            received: Message = pickle.loads(pickle.dumps(message))
+            context = self.contexts[received.metadata.dst_node_id]
+            try:
+                reply = self.app(received, context)
+            except Exception as err:  # Flower's engine replies with an error too
+                reason = f"{type(err).__name__}: {err}"
+                reply = Message(Error(code=2, reason=reason), reply_to=received)
+            self._replies[message_id] = pickle.loads(pickle.dumps(reply))
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Return (and forget) the replies to ``message_ids``."""
+        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Handle ``messages`` and return their replies (no waiting involved)."""
+        return self.pull_messages(list(self.push_messages(messages)))
+
+
+def _in_process(body: Callable[[], Result], verbose: bool) -> Result:
+    """Run a ServerApp body against an :class:`InProcessGrid` in this process."""
+    # Flower stamps instruction messages with the ServerApp's task identity
+    # (run_simulation sets it again for every simulation).
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    with quiet_flower(verbose), torch_threads(1):  # as in the 1-CPU Ray actors
+        return body()
+
+
+# ------------------------------------------------------------- secure round
+@cache
+def client_vector(partition: int, length: int) -> np.ndarray:
+    """Return client ``partition``'s fixed float32 vector (values in [-1, 1)).
+
+    Cached: drawing it is not part of the round (the read-only array is
+    shared by every call).
+    """
+    rng = np.random.default_rng([0xE761E, partition])
+    vector = rng.uniform(-1.0, 1.0, size=length).astype(np.float32)
+    vector.flags.writeable = False
+    return vector
+
+
+def _add_vector(msg: Message, context: Context) -> Message:
+    """Train handler: the global vector plus this client's fixed vector."""
+    w = msg.content.array_records["arrays"][_VECTOR].numpy()
+    partition = partition_id_of(context)
+    out = ArrayRecord({_VECTOR: Array(w + client_vector(partition, w.size))})
+    metrics = MetricRecord({"num-examples": 1})
+    return Message(RecordDict({"arrays": out, "metrics": metrics}), reply_to=msg)
+
+
+@cache
+def secure_vector_app() -> ClientApp:
+    """Return the secure round's ClientApp (timing, secure aggregation, vector)."""
+    app = RebuiltClientApp(secure_vector_app, mods=[timing_mod, secagg_mod])
+    app.train()(_add_vector)
+    identified: ClientApp = add_identify_handler(app)
+    return identified
+
+
+def _secure_config(rounds: int) -> ExperimentConfig:
+    return validate(
+        {
+            "name": "secure-round",
+            "rounds": rounds,
+            "federation": {"num_clients": SECURE_CLIENTS},
+            "evaluation": {"server": False},
+        },
+        "engine bench",
+        "secure-round",
+    )
+
+
+def _secure_federation(
+    grid: Grid, config: ExperimentConfig, recorder: RunRecorder, engine: str
+) -> Result:
+    """Run the secure round's strategy on ``grid`` (its ``run_federation``)."""
+    fast = engine == "fedleak"
+    poll = config.federation.poll_interval if fast else FLOWER_POLL_INTERVAL
+    engine_grid = EngineGrid(grid, poll)
+    recorder.attach(engine_grid, engine)
+    inner = FedAvg(
+        fraction_evaluate=0.0,
+        min_train_nodes=SECURE_CLIENTS,
+        min_available_nodes=SECURE_CLIENTS,
+    )
+    strategy = SecureAggregation(inner, max_weight=1, seed=config.seed)
+    start = ArrayRecord({_VECTOR: Array(np.zeros(SECURE_LENGTH, dtype=np.float32))})
+    result: Result = strategy.start(
+        grid=engine_grid,
+        initial_arrays=start,
+        num_rounds=config.rounds,
+        timeout=config.federation.round_timeout,
+        evaluate_fn=recorder.evaluate_fn,
+    )
+    return result
+
+
+def _secure_result(result: Result, rounds: int) -> dict[str, Any]:
+    w = result.arrays[_VECTOR].numpy().astype(np.float64)
+    mean = np.mean(
+        [client_vector(p, SECURE_LENGTH) for p in range(SECURE_CLIENTS)], axis=0
+    )
+    return {
+        "digest": hashlib.sha256(result.arrays[_VECTOR].numpy().tobytes()).hexdigest(),
+        "max_abs_error": float(np.max(np.abs(w - rounds * mean))),
+    }
+
+
+def _simulate_secure(config: ExperimentConfig, fast: bool, verbose: bool) -> Any:
+    from flwr.simulation import run_simulation
+
+    recorder = RunRecorder(config)
+    outcome: dict[str, Result] = {}
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
+
+    engine: AbstractContextManager[bool] = (
+        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
+    )
+    with quiet_flower(verbose), engine:
+        run_simulation(
+            server_app=server,
+            client_app=secure_vector_app(),
+            num_supernodes=SECURE_CLIENTS,
+            backend_config=simulation_backend_config(1.0, inline=fast, verbose=verbose),
+            verbose_logging=verbose,
+        )
+    if "result" not in outcome:
+        raise fedleak.FedleakError("the secure-round simulation ended without a result")
+    return timing_summary(recorder), _secure_result(outcome["result"], config.rounds)
+
+
+def _essential_secure(config: ExperimentConfig, verbose: bool) -> Any:
+    recorder = RunRecorder(config)
+    grid = InProcessGrid(secure_vector_app(), SECURE_CLIENTS)
+    result = _in_process(
+        lambda: _secure_federation(grid, config, recorder, "in-process"), verbose
+    )
+    return timing_summary(recorder), _secure_result(result, config.rounds)
+
+
+# --------------------------------------------------------------- quickstart
+def _quickstart_config(rounds: int, engine: str) -> ExperimentConfig:
+    # not flower_app.resolve_config_path: importing flower_app installs
+    # fedleak's engine functions (dormant), and the peer runs Flower's own
+    path = resources.files("fedleak.sim_configs") / "quickstart.toml"
+    return load_config(
+        Path(str(path)), [f"rounds={rounds}", f"federation.engine='{engine}'"]
+    )
+
+
+def _quickstart_result(results: dict[str, Any]) -> dict[str, Any]:
+    rounds = [
+        {k: r[k] for k in ("round", "server", "train")} for r in results["rounds"]
+    ]
+    digest = hashlib.sha256(repr(rounds).encode()).hexdigest()
+    return {"digest": digest, "final": results["final"]}
+
+
+def _simulate_quickstart(rounds: int, fast: bool, verbose: bool, work: Path) -> Any:
+    config = _quickstart_config(rounds, "fedleak" if fast else "flower")
+    out = work / f"quickstart-{'fedleak' if fast else 'flower'}-{time.time_ns()}"
+    outcome = run_experiment(config, out=out, verbose=verbose)
+    return outcome.results["timing"], _quickstart_result(outcome.results)
+
+
+def _essential_quickstart(rounds: int, work: Path, verbose: bool) -> Any:
+    from fedleak.experiments.server import finish_run, make_run_dir
+
+    config = _quickstart_config(rounds, "fedleak")
+    run_dir = make_run_dir(config, work / f"quickstart-essential-{time.time_ns()}")
+    recorder = RunRecorder(config, run_dir)
+    grid = InProcessGrid(make_experiment_client_app(), config.federation.num_clients)
+    result = _in_process(lambda: run_federation(grid, config, recorder), verbose)
+    results = finish_run(run_dir, config, result, recorder)
+    return results["timing"], _quickstart_result(results)
+
+
+# ------------------------------------------------------------------ summary
+def _rows(timings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-round timing rows of several runs, each without its first round."""
+    return [row for t in timings for row in t["rounds"][1:]]
+
+
+def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in rows) for key in COMPONENTS}
+
+
+def _essential(rows: list[dict[str, Any]], actors: int) -> dict[str, Any]:
+    per_round = [r["server_s"] + r["evaluate_s"] + r["wait_s"] / actors for r in rows]
+    return {
+        "median_round_s": statistics.median(per_round),
+        "median_serial_round_s": statistics.median(r["wall_s"] for r in rows),
+        "median": _medians(rows),
+        "round_s": per_round,
+    }
+
+
+def _arm(rows: list[dict[str, Any]], engine: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "engine": engine,
+        "median_round_s": statistics.median(r["wall_s"] for r in rows),
+        "median": _medians(rows),
+        "round_s": [r["wall_s"] for r in rows],
+    }
+
+
+def _experiment(
+    runs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]], actors: int
+) -> dict[str, Any]:
+    essential = _essential(_rows([t for t, _ in runs["essential"]]), actors)
+    arms = {
+        name: _arm(_rows([t for t, _ in runs[name]]), runs[name][0][0]["engine"])
+        for name in ("fedleak", "flower")
+    }
+    outcomes = [o for name in runs for _, o in runs[name]]
+    return {
+        "actors": actors,
+        "essential": essential,
+        "fedleak": arms["fedleak"],
+        "flower": arms["flower"],
+        "fedleak_vs_essential": arms["fedleak"]["median_round_s"]
+        / essential["median_round_s"],
+        "flower_vs_fedleak": arms["flower"]["median_round_s"]
+        / arms["fedleak"]["median_round_s"],
+        "same_results": all(o["digest"] == outcomes[0]["digest"] for o in outcomes),
+        "outcomes": {name: [o for _, o in runs[name]] for name in runs},
+    }
+
+
+def _cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _actors(cpus_per_client: float, clients: int) -> int:
+    """Clients that run at once: Ray's actors (one per ``cpus_per_client``), <= CPUs."""
+    cpus = _cpus()
+    return max(1, min(clients, int(cpus // cpus_per_client), cpus))
+
+
+def run_engine_bench(
+    out: Path,
+    *,
+    quick: bool = False,
+    rounds: int | None = None,
+    secure_rounds: int | None = None,
+    verbose: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure simulated rounds against their essential compute; write the record.
+
+    Parameters
+    ----------
+    out : pathlib.Path
+        The JSON record (written atomically).
+    quick : bool, default=False
+        One block of 30 quickstart and 8 secure rounds per way (a full run:
+        two blocks of 150 and 30).
+    rounds, secure_rounds : int, optional
+        Rounds per run of each experiment (overrides ``quick``'s choice).
+    verbose : bool, default=False
+        Show Flower's and Ray's logs.
+    progress : callable, optional
+        Called with a line before each run.
+
+    Returns
+    -------
+    dict
+        The record (see the module docstring).
+    """
+    blocks = 1 if quick else 2
+    rounds = rounds or (30 if quick else 150)
+    secure_rounds = secure_rounds or (8 if quick else 30)
+    if rounds < 2 or secure_rounds < 2:
+        raise fedleak.ConfigError("rounds must be >= 2 (the first round is left out)")
+    say = progress or (lambda line: None)
+    # the fedleak engine's simulations keep freed memory in the server process
+    # (for good) and in their Ray processes; the in-process runs need the same
+    # for the server, and the peer's Ray processes must not get it
+    keep_freed_memory(children=False)
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    quickstart: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
+    secure: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
+    secure_config = _secure_config(secure_rounds)
+    with tempfile.TemporaryDirectory(prefix="fedleak-bench-engine-") as tmp:
+        work = Path(tmp)
+        for block in range(blocks):
+            order = [True, False] if block % 2 == 0 else [False, True]
+            say(f"block {block + 1}/{blocks}: quickstart in process")
+            quickstart["essential"].append(_essential_quickstart(rounds, work, verbose))
+            for fast in order:
+                say(f"block {block + 1}/{blocks}: quickstart, {_name(fast)} engine")
+                run = _simulate_quickstart(rounds, fast, verbose, work)
+                quickstart[_name(fast)].append(run)
+                time.sleep(SETTLE_S)
+            say(f"block {block + 1}/{blocks}: secure round in process")
+            secure["essential"].append(_essential_secure(secure_config, verbose))
+            for fast in order:
+                say(f"block {block + 1}/{blocks}: secure round, {_name(fast)} engine")
+                secure[_name(fast)].append(
+                    _simulate_secure(secure_config, fast, verbose)
+                )
+                time.sleep(SETTLE_S)
+    quick_config = _quickstart_config(rounds, "fedleak")
+    record = BenchRecord("engine", Path(out))
+    document = record.write(
+        {
+            "quick": quick,
+            "blocks": blocks,
+            "machine": {
+                "cpus_used": _cpus(),
+                "load_average_before": list(load_before),
+                "load_average_after": list(os.getloadavg()),
+            },
+            "quickstart": {
+                "rounds": rounds,
+                "num_clients": quick_config.federation.num_clients,
+                **_experiment(
+                    quickstart,
+                    _actors(
+                        quick_config.federation.cpus_per_client,
+                        quick_config.federation.num_clients,
+                    ),
+                ),
+            },
+            "secure_round": {
+                "rounds": secure_rounds,
+                "num_clients": SECURE_CLIENTS,
+                "vector_length": SECURE_LENGTH,
+                **_experiment(secure, _actors(1.0, SECURE_CLIENTS)),
+            },
+            "total_s": time.perf_counter() - started,
+        }
+    )
+    return document
+
+
+def _name(fast: bool) -> str:
+    return "fedleak" if fast else "flower"
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
+        "bench-engine.json"
+    ),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="One block of 30 + 8 rounds (about 2 minutes)."),
+    ] = False,
+    rounds: Annotated[
+        int | None, typer.Option(help="Quickstart rounds per run (default 150).")
+    ] = None,
+    secure_rounds: Annotated[
+        int | None, typer.Option(help="Secure rounds per run (default 30).")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show Flower's and Ray's logs.")
+    ] = False,
+) -> None:
+    """Time simulated rounds against their compute, fedleak's engine vs Flower's."""
+    record = run_engine_bench(
+        out,
+        quick=quick,
+        rounds=rounds,
+        secure_rounds=secure_rounds,
+        verbose=verbose,
+        progress=say,
+    )
+    table = Table(
+        "experiment",
+        "essential round (s)",
+        "fedleak engine (s)",
+        "Flower engine (s)",
+        "fedleak / essential",
+        "Flower / fedleak",
+        "same numbers",
+    )
+    for name in ("quickstart", "secure_round"):
+        row = record[name]
+        table.add_row(
+            name,
+            f"{row['essential']['median_round_s']:.4f}",
+            f"{row['fedleak']['median_round_s']:.4f}",
+            f"{row['flower']['median_round_s']:.4f}",
+            f"{row['fedleak_vs_essential']:.2f}x",
+            f"{row['flower_vs_fedleak']:.2f}x",
+            str(row["same_results"]),
+        )
+    console.print(table)
+    written(out)

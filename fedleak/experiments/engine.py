@@ -1,0 +1,460 @@
+"""fedleak's simulation engine: Flower's Ray engine without its waiting steps.
+
+Flower 1.41's simulation engine (``run_simulation`` on Ray, also what
+``flwr run`` starts) passes messages through an in-memory LinkState that both
+sides *poll*: the ServerApp's ``InMemoryGrid.send_and_receive`` sleeps
+``pull_interval = 0.1`` s between pulls, and the engine's dispatcher
+(``vce_api.add_messages_to_queue``) hands at most one message per node to
+the Ray actors per pass, then waits 0.1 s. Every message exchange so costs
+0.1-0.2 s whatever the clients compute (a quickstart round, about 20 ms of
+compute, took 0.1-0.2 s; a secure-aggregation round at least 0.3 s).
+
+- :class:`EngineGrid` wraps the ServerApp's Grid. Its ``send_and_receive``
+  uses only the public Grid API and, in a simulation, wakes as soon as a
+  reply is stored (``poll_interval`` is the fallback between pulls). It
+  times every exchange and collects the clients' reported compute.
+- :func:`fast_engine` swaps Flower's dispatcher and reply-storing functions
+  for equivalents that hand a pushed message to the actors at once and wake
+  the Grid on every reply. ``run_simulation``, the Ray backend, its actor pool
+  and ``ray_address`` stay Flower's own. The swap checks the installed
+  Flower's functions by signature and otherwise warns and keeps Flower's
+  polling (slower, same results); outside a :func:`fast_engine` block the
+  swapped functions behave exactly like Flower's.
+- :func:`simulation_backend_config` lets Ray inline messages up to
+  :data:`RAY_INLINE_BYTES` in its task RPCs, and :func:`keep_freed_memory`
+  stops glibc from returning memory that the next round faults in again.
+- :func:`timing_mod` (client side) reports the handler's wall time when the
+  request asks for it; :class:`EngineGrid` asks and removes the answer before
+  any strategy sees the reply.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import logging
+import os
+import platform
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from queue import Empty, Queue
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "FLOWER_POLL_INTERVAL",
+    "MALLOC_ENV",
+    "RAY_INLINE_BYTES",
+    "REMOTE_MIN_POLL_INTERVAL",
+    "TIMING_RECORD",
+    "TIMING_REQUEST",
+    "EngineGrid",
+    "Exchange",
+    "engine_active",
+    "fast_engine",
+    "install_engine",
+    "keep_freed_memory",
+    "simulation_backend_config",
+    "timing_mod",
+    "uninstall_engine",
+]
+
+DEFAULT_POLL_INTERVAL = 0.002
+"""Fallback seconds between polls: a missed wake-up costs at most this; idle
+polling costs about 1% of a core (25 us per LinkState scan of 10 nodes)."""
+
+FLOWER_POLL_INTERVAL = 0.1
+"""Flower 1.41's ``InMemoryGrid.pull_interval`` and dispatcher wait (s)."""
+
+REMOTE_MIN_POLL_INTERVAL = 0.05
+"""Shortest poll interval against a remote SuperLink (a deployment's Grid)."""
+
+RAY_INLINE_BYTES = 8 * 1024 * 1024
+"""Ray task arguments and results up to this size travel inside the task RPC
+(Ray's default, 100 kB, sends every model through its object store: a put and
+a get more per message each way; a quickstart message's round trip took
+10.7 ms inlined, 16-17 ms not). Ray inlines at most 10 MB per task."""
+
+MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
+}
+"""glibc settings that keep freed memory (up to 256 MB) for the next allocation.
+
+By default glibc gives large freed blocks back to the system and faults them
+in again: about 2,000 page faults per server evaluation of the quickstart
+(37 ms against 23 ms without them, on this 2-core VM) and a quarter of the
+clients' compute. Processes keep their peak memory instead.
+"""
+
+TIMING_REQUEST = "fedleak.timing-request"
+"""ConfigRecord a request carries when the server wants the client's timing."""
+
+TIMING_RECORD = "fedleak.timing"
+"""MetricRecord of a reply: ``compute-s``, the handler's wall time."""
+
+_COMPUTE_KEY = "compute-s"
+_SIGNATURES = {
+    "add_messages_to_queue": ["state", "queue", "nodes_mapping", "f_stop"],
+    "put_message_into_state": ["state", "queue", "f_stop"],
+}
+
+
+def simulation_backend_config(
+    cpus_per_client: float,
+    *,
+    ray_address: str = "",
+    inline: bool = True,
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Return ``run_simulation``'s ``backend_config`` for a fedleak run.
+
+    With ``inline`` a local Ray instance gets :data:`RAY_INLINE_BYTES`; an
+    existing cluster (``ray_address``) keeps its own settings (``ray start
+    --system-config '{"max_direct_call_object_size": 8388608}'``).
+    """
+    init_args: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.INFO if verbose else logging.ERROR,
+        "log_to_driver": verbose,
+    }
+    if ray_address:
+        init_args["address"] = ray_address
+    elif inline:
+        init_args["_system_config"] = {"max_direct_call_object_size": RAY_INLINE_BYTES}
+    return {
+        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+        "init_args": init_args,
+    }
+
+
+def keep_freed_memory(*, children: bool = True) -> bool:
+    """Apply :data:`MALLOC_ENV` to this process (and the processes it starts).
+
+    This process's setting (``mallopt``) holds for good; with ``children``
+    the environment variables (unless already set) reach the Ray processes a
+    local ``ray.init`` starts afterwards. Returns False (and changes nothing)
+    where the C library is not glibc.
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    libc.mallopt(-3, int(MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"]))  # M_MMAP_THRESHOLD
+    libc.mallopt(-1, int(MALLOC_ENV["MALLOC_TRIM_THRESHOLD_"]))  # M_TRIM_THRESHOLD
+    for name, value in MALLOC_ENV.items() if children else ():
+        os.environ.setdefault(name, value)
+    return True
+
+
+def timing_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Client mod: time the ClientApp's handler when the request asks for it.
+
+    Put it first in ``ClientApp(mods=[timing_mod, ...])`` so it times the
+    other mods too (secure-aggregation masking). A request without a
+    :data:`TIMING_REQUEST` record passes untouched; with one, the record is
+    removed before the handler runs and the reply gains a
+    :data:`TIMING_RECORD` ``MetricRecord({"compute-s": seconds})``.
+    """
+    if not msg.has_content() or TIMING_REQUEST not in msg.content:
+        return call_next(msg, context)
+    del msg.content[TIMING_REQUEST]
+    started = time.perf_counter()
+    reply = call_next(msg, context)
+    elapsed = time.perf_counter() - started
+    if reply.has_content():
+        reply.content[TIMING_RECORD] = MetricRecord({_COMPUTE_KEY: elapsed})
+    return reply
+
+
+@dataclass
+class _EngineState:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    active: list[float] = field(default_factory=list)  # poll intervals in use
+    originals: dict[str, Callable[..., None]] = field(default_factory=dict)
+    pushed: threading.Event = field(default_factory=threading.Event)
+    replied: threading.Event = field(default_factory=threading.Event)
+
+
+_ENGINE = _EngineState()
+
+
+def _dispatch(
+    state: Any, queue: Queue[Message], nodes_mapping: dict[int, int], f_stop: Any
+) -> None:
+    """Flower's ``add_messages_to_queue``, waking on pushes inside the block.
+
+    Each pass hands at most one message per node to the workers, as Flower's
+    does, then waits 0.1 s outside :func:`fast_engine`; inside, a pass that
+    found messages is followed at once by the next, and an idle one waits
+    for the Grid's next push (at most the poll interval).
+    """
+    while not f_stop.is_set():
+        _ENGINE.pushed.clear()
+        found = False
+        for node_id in nodes_mapping:
+            for message in state.get_message_ins(node_id=node_id, limit=1):
+                queue.put(message)
+                found = True
+        active = list(_ENGINE.active)
+        if not active:
+            f_stop.wait(FLOWER_POLL_INTERVAL)
+        elif not found:
+            _ENGINE.pushed.wait(min(active))
+
+
+def _store_replies(state: Any, queue: Queue[Message], f_stop: Any) -> None:
+    """Flower's ``put_message_into_state``, also waking the Grid."""
+    while not f_stop.is_set():
+        try:
+            reply = queue.get(timeout=1.0)
+        except Empty:
+            continue
+        state.store_message_res(reply)
+        _ENGINE.replied.set()
+
+
+def _vce_api() -> Any:
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    return vce_api
+
+
+def install_engine() -> bool:
+    """Swap fedleak's functions into Flower's engine module, dormant.
+
+    They behave exactly like Flower's until a :func:`fast_engine` block is
+    active. Returns False with a ``RuntimeWarning`` (and swaps nothing) if
+    the installed Flower lacks the functions they replace. ``flwr run``
+    needs this when its ClientApp is imported, before Flower's engine starts
+    its threads (:mod:`fedleak.experiments.flower_app`).
+    """
+    with _ENGINE.lock:
+        if _ENGINE.originals:
+            return True
+        module = _vce_api()
+        called = set(module.run_api.__code__.co_names)
+        for name, params in _SIGNATURES.items():
+            fn = getattr(module, name, None)
+            if (
+                fn is None
+                or name not in called
+                or list(inspect.signature(fn).parameters) != params
+            ):
+                warnings.warn(
+                    f"fedleak: Flower's simulation engine has no {name}{tuple(params)} "
+                    "as in flwr 1.41; keeping its 0.1 s message polling (slower, "
+                    "same results)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return False
+        for name, replacement in (
+            ("add_messages_to_queue", _dispatch),
+            ("put_message_into_state", _store_replies),
+        ):
+            _ENGINE.originals[name] = getattr(module, name)
+            setattr(module, name, replacement)
+        return True
+
+
+def uninstall_engine() -> None:
+    """Put Flower's own engine functions back (no-op if not swapped)."""
+    with _ENGINE.lock:
+        module = _vce_api()
+        for name, original in _ENGINE.originals.items():
+            setattr(module, name, original)
+        _ENGINE.originals.clear()
+
+
+@contextmanager
+def fast_engine(poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[bool]:
+    """Run the Flower simulations started inside the block without waiting steps.
+
+    Flower's engine looks its functions up when ``run_simulation`` starts its
+    threads, so the block must enclose ``run_simulation``. The block that
+    swapped the functions in puts Flower's back when it ends. Processes
+    started inside also keep freed memory (:func:`keep_freed_memory`).
+
+    Parameters
+    ----------
+    poll_interval : float, default=DEFAULT_POLL_INTERVAL
+        Fallback seconds between the dispatcher's idle scans (``> 0``).
+
+    Yields
+    ------
+    bool
+        Whether fedleak's functions are in place (False: the installed Flower
+        differs, a ``RuntimeWarning`` said so, Flower's polling stays).
+    """
+    if not poll_interval > 0:
+        raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+    environ = {name: os.environ.get(name) for name in MALLOC_ENV}
+    keep_freed_memory()
+    installed_here = not _ENGINE.originals
+    swapped = install_engine()
+    with _ENGINE.lock:
+        _ENGINE.active.append(poll_interval)
+    try:
+        yield swapped
+    finally:
+        with _ENGINE.lock:
+            _ENGINE.active.remove(poll_interval)
+        if installed_here and swapped:
+            uninstall_engine()
+        for name, value in environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def engine_active() -> bool:
+    """Return whether fedleak's engine functions are in place and active."""
+    return bool(_ENGINE.originals) and bool(_ENGINE.active)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One timed ``send_and_receive``: push to last reply, reported handler times."""
+
+    wait_s: float
+    num_sent: int
+    num_replies: int
+    compute_s: list[float]
+
+
+class EngineGrid(Grid):
+    """A Grid that waits for replies without fixed sleeps, and times exchanges.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The Grid the ServerApp received; every call goes to it.
+    poll_interval : float, default=DEFAULT_POLL_INTERVAL
+        Seconds between pulls while no wake-up comes (at least
+        :data:`REMOTE_MIN_POLL_INTERVAL` for a Grid other than Flower's
+        in-memory one). Flower's ``InMemoryGrid.pull_interval`` is set to it.
+    timing : bool, default=True
+        Add a :data:`TIMING_REQUEST` record to every request (answered by
+        :func:`timing_mod`) and record every exchange in :attr:`exchanges`.
+        Turn it off for ClientApps that reject unknown records.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        *,
+        timing: bool = True,
+    ) -> None:
+        from flwr.superlink.grid import InMemoryGrid
+
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+        self.grid = grid
+        self.in_memory = isinstance(grid, InMemoryGrid)
+        if self.in_memory:
+            grid.pull_interval = poll_interval  # type: ignore[attr-defined]
+        else:
+            poll_interval = max(poll_interval, REMOTE_MIN_POLL_INTERVAL)
+        self.poll_interval = poll_interval
+        self.timing = timing
+        self.exchanges: list[Exchange] = []
+
+    def set_run(self, run: Run) -> None:
+        """Set the wrapped Grid's run."""
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        """The wrapped Grid's run."""
+        return self.grid.run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """Create a message with the wrapped Grid."""
+        return self.grid.create_message(
+            content, message_type, dst_node_id, group_id, ttl
+        )
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Return the connected node ids."""
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Push messages, then wake the simulation's dispatcher."""
+        ids = self.grid.push_messages(messages)
+        _ENGINE.pushed.set()
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Pull the replies that have arrived."""
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Push ``messages``; return their replies once all came or ``timeout`` passed.
+
+        As Flower's: a reply that has not come after ``timeout`` seconds is
+        absent; ``timeout=None`` waits for all.
+        """
+        outgoing = list(messages)
+        if self.timing:
+            for message in outgoing:
+                if message.has_content():
+                    message.content[TIMING_REQUEST] = ConfigRecord()
+        started = time.perf_counter()
+        pending = set(self.push_messages(outgoing))
+        num_sent = len(pending)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wake = self.in_memory and engine_active()
+        replies: list[Message] = []
+        while True:
+            _ENGINE.replied.clear()
+            got = list(self.pull_messages(pending))
+            replies.extend(got)
+            pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            left = None if deadline is None else deadline - time.monotonic()
+            if not pending or (left is not None and left <= 0):
+                break
+            step = self.poll_interval if left is None else min(self.poll_interval, left)
+            if wake:
+                _ENGINE.replied.wait(step)
+            else:
+                time.sleep(step)
+        wait_s = time.perf_counter() - started
+        compute = [c for c in map(_pop_compute, replies) if c is not None]
+        if self.timing:
+            self.exchanges.append(Exchange(wait_s, num_sent, len(replies), compute))
+        return replies
+
+    def take_exchanges(self) -> list[Exchange]:
+        """Return the exchanges recorded since the last call and forget them."""
+        taken, self.exchanges = self.exchanges, []
+        return taken
+
+
+def _pop_compute(message: Message) -> float | None:
+    """Remove a reply's :data:`TIMING_RECORD`; return its ``compute-s``."""
+    if not message.has_content() or TIMING_RECORD not in message.content:
+        return None
+    record = message.content.metric_records.get(TIMING_RECORD)
+    del message.content[TIMING_RECORD]
+    value = None if record is None else record.get(_COMPUTE_KEY)
+    return float(value) if isinstance(value, int | float) else None

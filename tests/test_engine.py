@@ -1,0 +1,334 @@
+"""fedleak's simulation engine: timing mod, EngineGrid, the swap of Flower's functions."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+import warnings
+from queue import Queue
+
+import numpy as np
+import pytest
+from flower_fakes import metadata
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.server.superlink.fleet.vce import vce_api
+from flwr.serverapp import Grid
+
+from fedleak.experiments import engine
+from fedleak.experiments.engine import (
+    REMOTE_MIN_POLL_INTERVAL,
+    TIMING_RECORD,
+    TIMING_REQUEST,
+    EngineGrid,
+    fast_engine,
+    timing_mod,
+)
+from fedleak.training import arrays_from_records, read_npy
+
+FLOWER_DISPATCH = vce_api.add_messages_to_queue
+FLOWER_STORE = vce_api.put_message_into_state
+
+
+def request(node: int = 5, message_type: str = "train") -> Message:
+    content = RecordDict({"config": ConfigRecord({"x": 1})})
+    return Message(content, metadata=metadata(0, dst=node, message_type=message_type))
+
+
+def answer(msg: Message, seen: list[RecordDict]) -> Message:
+    seen.append(msg.content)
+    time.sleep(0.02)
+    return Message(RecordDict({"metrics": MetricRecord({"a": 1.0})}), reply_to=msg)
+
+
+# ----------------------------------------------------------------- timing_mod
+def test_timing_mod_leaves_requests_without_the_record_alone():
+    seen: list[RecordDict] = []
+    reply = timing_mod(request(), None, lambda m, c: answer(m, seen))  # type: ignore[arg-type]
+    assert TIMING_RECORD not in reply.content
+    assert list(seen[0].keys()) == ["config"]
+
+
+def test_timing_mod_hides_the_request_and_reports_the_handler_time():
+    seen: list[RecordDict] = []
+    msg = request()
+    msg.content[TIMING_REQUEST] = ConfigRecord()
+    reply = timing_mod(msg, None, lambda m, c: answer(m, seen))  # type: ignore[arg-type]
+    assert list(seen[0].keys()) == ["config"]  # the handler never sees it
+    compute = reply.content.metric_records[TIMING_RECORD]["compute-s"]
+    assert isinstance(compute, float) and compute >= 0.02  # the handler slept 20 ms
+    assert reply.content.metric_records["metrics"]["a"] == 1.0
+
+
+# ----------------------------------------------------------------- EngineGrid
+class QueueGrid(Grid):
+    """A remote-like Grid: replies appear ``delay`` seconds after the push."""
+
+    def __init__(self, handler, delay: float = 0.0, drop: set[int] = frozenset()):  # type: ignore[no-untyped-def]
+        self.handler, self.delay, self.drop = handler, delay, drop
+        self.pushed: list[Message] = []
+        self.ready: dict[str, tuple[float, Message]] = {}
+        self.pulls = 0
+
+    def set_run(self, run):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    @property
+    def run(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def create_message(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def get_node_ids(self) -> list[int]:
+        return [1, 2, 3]
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        ids = []
+        for i, msg in enumerate(messages):
+            msg.metadata.__dict__["_message_id"] = f"id-{len(self.pushed)}-{i}"
+            self.pushed.append(msg)
+            ids.append(msg.metadata.message_id)
+            if msg.metadata.dst_node_id not in self.drop:
+                at = time.monotonic() + self.delay
+                received = pickle.loads(pickle.dumps(msg))  # what a transport copies
+                reply = timing_mod(received, None, self.handler)
+                self.ready[msg.metadata.message_id] = (at, reply)
+        return ids
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        self.pulls += 1
+        now = time.monotonic()
+        out = [
+            r
+            for i, (at, r) in self.ready.items()
+            if i in set(message_ids) and at <= now
+        ]
+        for reply in out:
+            del self.ready[reply.metadata.reply_to_message_id]
+        return out
+
+    def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
+        raise AssertionError("EngineGrid must not call the wrapped send_and_receive")
+
+
+def test_engine_grid_times_exchanges_and_strips_the_timing_before_the_strategy():
+    seen: list[RecordDict] = []
+    inner = QueueGrid(lambda m, c: answer(m, seen))
+    grid = EngineGrid(inner)
+    replies = list(grid.send_and_receive([request(1), request(2)], timeout=10))
+    assert len(replies) == 2
+    assert all(
+        TIMING_RECORD not in r.content for r in replies
+    )  # strategies never see it
+    assert all(TIMING_REQUEST in m.content for m in inner.pushed)
+    (exchange,) = grid.take_exchanges()
+    assert (exchange.num_sent, exchange.num_replies) == (2, 2)
+    assert len(exchange.compute_s) == 2 and min(exchange.compute_s) >= 0.02
+    assert exchange.wait_s >= 0.04  # two 20 ms handlers ran inside the push
+    assert grid.take_exchanges() == []
+
+
+def test_engine_grid_without_timing_sends_the_messages_unchanged():
+    inner = QueueGrid(lambda m, c: answer(m, []))
+    grid = EngineGrid(inner, timing=False)
+    grid.send_and_receive([request(1)], timeout=10)
+    assert list(inner.pushed[0].content.keys()) == ["config"]
+    assert grid.exchanges == []
+
+
+def test_engine_grid_returns_what_came_when_the_timeout_passes():
+    inner = QueueGrid(lambda m, c: answer(m, []), drop={2})
+    grid = EngineGrid(inner, poll_interval=0.001)
+    replies = list(grid.send_and_receive([request(1), request(2)], timeout=0.3))
+    assert [r.metadata.src_node_id for r in replies] == [1]
+    (exchange,) = grid.exchanges
+    assert (exchange.num_sent, exchange.num_replies) == (2, 1)
+    assert exchange.wait_s >= 0.3
+
+
+def test_engine_grid_polls_a_remote_grid_no_faster_than_the_floor():
+    inner = QueueGrid(lambda m, c: answer(m, []), delay=0.25)
+    grid = EngineGrid(inner, poll_interval=0.001)
+    assert grid.poll_interval == REMOTE_MIN_POLL_INTERVAL and not grid.in_memory
+    grid.send_and_receive([request(1)], timeout=10)
+    # 0.25 s of waiting at one pull per 0.05 s: at most 0.25 / 0.05 + 2 pulls
+    assert inner.pulls <= 0.25 / REMOTE_MIN_POLL_INTERVAL + 2
+
+
+def test_bad_poll_intervals_are_refused():
+    with pytest.raises(ValueError, match="poll_interval"):
+        EngineGrid(QueueGrid(None), poll_interval=0)
+    with pytest.raises(ValueError, match="poll_interval"), fast_engine(-1.0):
+        pass
+
+
+# --------------------------------------------------------- the engine swap
+def test_fast_engine_swaps_flowers_functions_for_the_block_only():
+    if engine._ENGINE.originals:
+        pytest.skip("fedleak's engine is installed for good (flower_app imported)")
+    assert vce_api.add_messages_to_queue is FLOWER_DISPATCH
+    with fast_engine(0.01) as swapped:
+        assert swapped and engine.engine_active()
+        assert vce_api.add_messages_to_queue is engine._dispatch
+        assert vce_api.put_message_into_state is engine._store_replies
+        with fast_engine(0.02):  # nested: still swapped, still active
+            assert engine.engine_active()
+        assert vce_api.add_messages_to_queue is engine._dispatch
+    assert vce_api.add_messages_to_queue is FLOWER_DISPATCH
+    assert vce_api.put_message_into_state is FLOWER_STORE
+    assert not engine.engine_active()
+
+
+def test_fast_engine_keeps_flowers_polling_when_its_internals_differ(monkeypatch):
+    def different(state, queue):  # type: ignore[no-untyped-def]
+        pass
+
+    monkeypatch.setattr(vce_api, "add_messages_to_queue", different)
+    with (
+        pytest.warns(RuntimeWarning, match="add_messages_to_queue"),
+        fast_engine() as swapped,
+    ):
+        assert not swapped
+        assert vce_api.add_messages_to_queue is different
+        assert not engine.engine_active()
+    assert vce_api.add_messages_to_queue is different
+
+
+class FakeState:
+    """The two LinkState calls the engine's threads make."""
+
+    def __init__(self) -> None:
+        self.inbox: dict[int, list[Message]] = {}
+        self.stored: list[Message] = []
+        self.lock = threading.Lock()
+
+    def get_message_ins(self, node_id: int, limit: int) -> list[Message]:
+        with self.lock:
+            waiting = self.inbox.get(node_id, [])
+            taken, self.inbox[node_id] = waiting[:limit], waiting[limit:]
+            return taken
+
+    def store_message_res(self, message: Message) -> None:
+        self.stored.append(message)
+
+
+def test_a_pushed_message_reaches_the_actors_at_once_not_at_the_next_poll():
+    """With a 60 s fallback poll, only the push's wake-up can deliver in 10 s."""
+    state, queue, stop = FakeState(), Queue(), threading.Event()
+    with fast_engine(60.0):
+        worker = threading.Thread(
+            target=vce_api.add_messages_to_queue, args=(state, queue, {7: 0}, stop)
+        )
+        worker.start()
+        try:
+            time.sleep(0.2)  # the dispatcher is now idle, waiting up to 60 s
+            msg = request(7)
+            with state.lock:
+                state.inbox[7] = [msg]
+
+            class Pusher(QueueGrid):
+                def push_messages(self, messages):  # type: ignore[no-untyped-def]
+                    return ["pushed"]
+
+            EngineGrid(Pusher(None)).push_messages([msg])
+            assert queue.get(timeout=10) is msg
+        finally:
+            stop.set()
+            engine._ENGINE.pushed.set()
+            worker.join(timeout=10)
+    assert not worker.is_alive()
+
+
+def test_a_stored_reply_wakes_the_grid():
+    state, queue, stop = FakeState(), Queue(), threading.Event()
+    engine._ENGINE.replied.clear()
+    with fast_engine(60.0):
+        worker = threading.Thread(
+            target=vce_api.put_message_into_state, args=(state, queue, stop)
+        )
+        worker.start()
+        try:
+            reply = Message(RecordDict(), reply_to=request(3))
+            queue.put(reply)
+            assert engine._ENGINE.replied.wait(timeout=10)
+            assert state.stored == [reply]
+        finally:
+            stop.set()
+            worker.join(timeout=10)
+
+
+# ---------------------------------------------------------- reading arrays
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.zeros((0, 3)),
+        np.array(3.5),
+        np.arange(6, dtype=">i4"),
+        np.array([True, False]),
+        np.arange(5, dtype=np.uint64) * 2**40,
+    ],
+)
+def test_read_npy_equals_numpy_load(value):
+    array = Array(value)
+    view = read_npy(array.data, array.dtype, tuple(array.shape))
+    assert view is not None and not view.flags.writeable
+    assert view.dtype == array.numpy().dtype and np.array_equal(view, array.numpy())
+
+
+def test_read_npy_declines_what_it_does_not_know():
+    fortran = Array(np.asfortranarray(np.ones((3, 4))))
+    assert read_npy(fortran.data, fortran.dtype, tuple(fortran.shape)) is None
+    plain = Array(np.ones((3, 4), dtype=np.float32))
+    assert read_npy(plain.data, "float64", (3, 4)) is None  # header says float32
+    assert read_npy(plain.data, "float32", (4, 4)) is None  # wrong size
+    assert read_npy(b"not an npy file", "float32", (1,)) is None
+    record = ArrayRecord({"f": fortran, "c": plain})
+    out = arrays_from_records(record)  # falls back to numpy.load for "f"
+    assert np.array_equal(out["f"], np.ones((3, 4))) and list(out) == ["f", "c"]
+
+
+def test_no_warning_when_loading_read_only_arrays_into_a_model():
+    from fedleak.task import TaskSpec
+    from fedleak.training import set_arrays
+
+    model = TaskSpec(model="mlp").new_model()
+    arrays = arrays_from_records(ArrayRecord(model.state_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        set_arrays(model, arrays)
+
+
+@pytest.mark.skipif(
+    __import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc only"
+)
+def test_memory_settings_reach_the_processes_started_inside_the_block_only(
+    monkeypatch,
+):
+    for name in engine.MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert engine.keep_freed_memory(children=False)
+    assert not any(name in os.environ for name in engine.MALLOC_ENV)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")  # the user's own setting
+    with fast_engine():
+        assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+        assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123"
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123"
+
+
+def test_the_inference_pooling_path_gives_the_training_paths_numbers():
+    """Pooling in channels-last memory (no autograd) changes no value."""
+    import torch
+
+    from fedleak.models import build_model
+
+    model = build_model("cnn", (1, 28, 28), 10, seed=4)
+    x = torch.randn(50, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    model.eval()
+    with torch.no_grad():
+        fast = model(x)
+    slow = model(x).detach()  # autograd on: the plain kernel
+    assert torch.equal(fast, slow)

@@ -1,0 +1,77 @@
+"""``fedleak bench engine`` at a tiny scale: the record's shape and invariants (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedleak.bench.engine import COMPONENTS, run_engine_bench
+from fedleak.experiments.engine import FLOWER_POLL_INTERVAL
+
+pytestmark = pytest.mark.slow
+
+ROUNDS, SECURE_ROUNDS = 3, 3
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "engine.json"
+    returned = run_engine_bench(
+        out, quick=True, rounds=ROUNDS, secure_rounds=SECURE_ROUNDS
+    )
+    assert json.loads(out.read_text()) == returned
+    return returned
+
+
+@pytest.mark.parametrize(
+    ("name", "rounds"), [("quickstart", ROUNDS), ("secure_round", SECURE_ROUNDS)]
+)
+def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
+    experiment = record[name]
+    assert experiment["rounds"] == rounds and record["blocks"] == 1
+    for way in ("essential", "fedleak", "flower"):
+        result = experiment[way]
+        assert len(result["round_s"]) == rounds - 1  # the first round is left out
+        assert set(result["median"]) == set(COMPONENTS)
+        assert all(value >= 0 for value in result["median"].values())
+    fedleak, flower, essential = (
+        experiment[w] for w in ("fedleak", "flower", "essential")
+    )
+    assert experiment["fedleak_vs_essential"] == pytest.approx(
+        fedleak["median_round_s"] / essential["median_round_s"]
+    )
+    assert experiment["flower_vs_fedleak"] == pytest.approx(
+        flower["median_round_s"] / fedleak["median_round_s"]
+    )
+    # spreading the clients over the actors can only shorten the round
+    assert 1 <= experiment["actors"] <= experiment["num_clients"]
+    assert essential["median_round_s"] <= essential["median_serial_round_s"]
+
+
+@pytest.mark.parametrize("name", ["quickstart", "secure_round"])
+def test_the_peer_runs_flowers_polling_and_pays_at_least_one_poll_a_round(record, name):
+    experiment = record[name]
+    assert experiment["flower"]["engine"] == {
+        "engine": "flower",
+        "poll_interval": FLOWER_POLL_INTERVAL,
+        "wake_ups": False,
+    }
+    assert experiment["fedleak"]["engine"]["wake_ups"] is True
+    # Flower's Grid pulls once right after the push (no reply can be there yet:
+    # the dispatcher has not even run) and then sleeps its 0.1 s
+    assert min(experiment["flower"]["round_s"]) >= FLOWER_POLL_INTERVAL
+
+
+@pytest.mark.parametrize("name", ["quickstart", "secure_round"])
+def test_all_three_ways_compute_the_same_numbers(record, name):
+    experiment = record[name]
+    assert experiment["same_results"] is True
+    digests = {o["digest"] for way in experiment["outcomes"].values() for o in way}
+    assert len(digests) == 1
+
+
+def test_the_secure_round_sums_exactly_up_to_the_fixed_point_step(record):
+    for way in record["secure_round"]["outcomes"].values():
+        # 3 rounds of a mean of 10 vectors, each entry quantised to 2**-20 or finer
+        assert way[0]["max_abs_error"] < SECURE_ROUNDS * 2**-18
