@@ -100,6 +100,7 @@ from fedleak.training import torch_threads
 from .console import out as console
 from .console import say, written
 from .record import BenchRecord
+from .startup import measure_cli_startup
 
 __all__ = [
     "InProcessGrid",
@@ -471,6 +472,8 @@ def run_engine_bench(
     keep_freed_memory(children=False)
     started = time.perf_counter()
     load_before = os.getloadavg()
+    say("CLI start-up: fedleak and flwr, 5 fresh processes each")
+    cli_startup = measure_cli_startup(repeats=5)
     quickstart: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
     secure: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
     secure_config = _secure_config(secure_rounds)
@@ -521,6 +524,7 @@ def run_engine_bench(
                 "vector_length": SECURE_LENGTH,
                 **_experiment(secure, _actors(1.0, SECURE_CLIENTS)),
             },
+            "cli_startup": cli_startup,
             "total_s": time.perf_counter() - started,
         }
     )
@@ -579,4 +583,14 @@ def command(
             str(row["same_results"]),
         )
     console.print(table)
+    startup = record["cli_startup"]
+    console.print(
+        "CLI start-up (median of 5): "
+        + ", ".join(
+            f"{name} {entry['median_s']:.2f} s"
+            for name, entry in startup.items()
+            if isinstance(entry, dict)
+        ),
+        highlight=False,
+    )
     written(out)
