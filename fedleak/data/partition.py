@@ -228,38 +228,9 @@ def partition_property(
     mask = mask.astype(bool)
     with_idx = np.flatnonzero(mask)
     without_idx = np.flatnonzero(~mask)
-    available = (with_idx.size, without_idx.size)
-
-    def fits(size: int) -> bool:
-        need_with, need_without = _property_needs(size, k, tf, of)
-        return need_with <= available[0] and need_without <= available[1]
-
-    if partition_size is None:
-        # Needs grow monotonically with the size: binary-search the largest.
-        lo, hi = 0, mask.size // k
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-        if lo == 0:
-            need_with, need_without = _property_needs(1, k, tf, of)
-            raise DataError(
-                f"the pool cannot fill {k} partitions of even one record: "
-                f"needs {need_with} records with the property and "
-                f"{need_without} without, available {available[0]} with and "
-                f"{available[1]} without."
-            )
-        size = lo
-    else:
-        size = check_int("partition_size", partition_size, low=1)
-        if not fits(size):
-            need_with, need_without = _property_needs(size, k, tf, of)
-            raise DataError(
-                f"not enough records for {k} partitions of {size}: needs "
-                f"{need_with} records with the property and {need_without} "
-                f"without, available {available[0]} with and {available[1]} "
-                "without; lower partition_size or num_partitions, or leave "
-                "partition_size unset to use the largest size that fits."
-            )
+    size = _property_partition_size(
+        (with_idx.size, without_idx.size), mask.size, k, tf, of, partition_size
+    )
     rng = np.random.default_rng(seed)
     with_pool = rng.permutation(with_idx)
     without_pool = rng.permutation(without_idx)
@@ -279,6 +250,54 @@ def partition_property(
         w_at += n_with
         wo_at += n_without
     return _finish(parts)
+
+
+def _property_partition_size(
+    available: tuple[int, int],
+    pool: int,
+    k: int,
+    tf: float,
+    of: float,
+    partition_size: int | None,
+) -> int:
+    """Check or find the records per partition of :func:`partition_property`.
+
+    ``available`` counts the pool's records with and without the property.
+    A given ``partition_size`` is checked against that supply; ``None`` finds
+    the largest size it allows (the needs grow with the size, so a binary
+    search finds it). Raises :class:`DataError` naming the needs and the
+    supply when not even the size asked for (or one record) fits.
+    """
+
+    def fits(size: int) -> bool:
+        need_with, need_without = _property_needs(size, k, tf, of)
+        return need_with <= available[0] and need_without <= available[1]
+
+    if partition_size is None:
+        lo, hi = 0, pool // k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        if lo == 0:
+            need_with, need_without = _property_needs(1, k, tf, of)
+            raise DataError(
+                f"the pool cannot fill {k} partitions of even one record: "
+                f"needs {need_with} records with the property and "
+                f"{need_without} without, available {available[0]} with and "
+                f"{available[1]} without."
+            )
+        return lo
+    size = check_int("partition_size", partition_size, low=1)
+    if not fits(size):
+        need_with, need_without = _property_needs(size, k, tf, of)
+        raise DataError(
+            f"not enough records for {k} partitions of {size}: needs "
+            f"{need_with} records with the property and {need_without} "
+            f"without, available {available[0]} with and {available[1]} "
+            "without; lower partition_size or num_partitions, or leave "
+            "partition_size unset to use the largest size that fits."
+        )
+    return size
 
 
 def partition_sizes(parts: list[np.ndarray]) -> list[int]:

@@ -455,18 +455,7 @@ def dp_sgd_train(
     ConfigError
         If a parameter is out of range, or a seed is given in secure mode.
     """
-    n = int(x.shape[0])
-    if n == 0 or int(y.shape[0]) != n:
-        raise DataError(
-            f"x and y must be non-empty with the same length; got {n} and {y.shape[0]}."
-        )
-    check_int("epochs", epochs, low=1)
-    check_int("batch_size", batch_size, low=1, high=n)
-    if secure_mode and seed is not None:
-        raise ConfigError(
-            "Passing seed is prohibited in secure mode: pass seed=None with "
-            "secure_mode=True."
-        )
+    n = _check_training(x, y, epochs, batch_size, seed, secure_mode)
     delta = 1.0 / n if delta is None else float(delta)
     per_record = loss_fn or nn.CrossEntropyLoss(reduction="none")
     clipping = clipping or FixedClipping(max_grad_norm)
@@ -484,6 +473,87 @@ def dp_sgd_train(
     )
     q = batch_size / n
     steps_per_epoch = math.ceil(n / batch_size)
+    total = epochs * steps_per_epoch
+    losses, clips = _run_epochs(
+        trainer, model, (x, y), per_record, (epochs, steps_per_epoch), q, rng, progress
+    )
+    epsilon = _spent_epsilon(q, noise_multiplier, clipping, total, delta)
+    return DPTrainResult(
+        epsilon=epsilon,
+        delta=delta,
+        steps=total,
+        sample_rate=q,
+        noise_multiplier=float(noise_multiplier),
+        losses=losses,
+        clip_norms=clips,
+    )
+
+
+def _check_training(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epochs: int,
+    batch_size: int,
+    seed: RngLike,
+    secure_mode: bool,
+) -> int:
+    """Refuse :func:`dp_sgd_train`'s bad arguments; return the record count."""
+    n = int(x.shape[0])
+    if n == 0 or int(y.shape[0]) != n:
+        raise DataError(
+            f"x and y must be non-empty with the same length; got {n} and {y.shape[0]}."
+        )
+    check_int("epochs", epochs, low=1)
+    check_int("batch_size", batch_size, low=1, high=n)
+    if secure_mode and seed is not None:
+        raise ConfigError(
+            "Passing seed is prohibited in secure mode: pass seed=None with "
+            "secure_mode=True."
+        )
+    return n
+
+
+def _spent_epsilon(
+    q: float,
+    noise_multiplier: float,
+    clipping: Clipping,
+    steps: int,
+    delta: float,
+) -> float:
+    """Return the epsilon of ``steps`` DP-SGD steps at ``delta``.
+
+    No noise spends an infinite budget; a fixed clipping bound composes the
+    sampled Gaussian mechanism (:func:`sgm_epsilon`); an adaptive bound
+    composes each step's event with the moments accountant.
+    """
+    if noise_multiplier == 0:
+        return math.inf
+    if isinstance(clipping, FixedClipping):
+        return sgm_epsilon(q, noise_multiplier, steps, delta)
+    event = step_event(q, noise_multiplier, clipping)
+    return MomentsAccountant().compose(event, steps).get_epsilon(delta)
+
+
+def _run_epochs(
+    trainer: DPSGD,
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    per_record: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    schedule: tuple[int, int],
+    q: float,
+    rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[float], list[float]]:
+    """Run :func:`dp_sgd_train`'s Poisson-sampled steps; close the trainer.
+
+    ``schedule`` is ``(epochs, steps per epoch)``; every step samples each
+    record of ``data`` with probability ``q`` (Abadi et al.'s lots). Returns
+    the mean loss of every epoch (NaN for an epoch whose batches were all
+    empty) and the clipping bound of every step.
+    """
+    x, y = data
+    n = int(x.shape[0])
+    epochs, steps_per_epoch = schedule
     total = epochs * steps_per_epoch
     losses: list[float] = []
     clips: list[float] = []
@@ -507,19 +577,4 @@ def dp_sgd_train(
             losses.append(float(np.mean(epoch_losses)) if epoch_losses else math.nan)
     finally:
         trainer.close()
-    if noise_multiplier == 0:
-        epsilon = math.inf
-    elif isinstance(clipping, FixedClipping):
-        epsilon = sgm_epsilon(q, noise_multiplier, total, delta)
-    else:
-        event = step_event(q, noise_multiplier, clipping)
-        epsilon = MomentsAccountant().compose(event, total).get_epsilon(delta)
-    return DPTrainResult(
-        epsilon=epsilon,
-        delta=delta,
-        steps=total,
-        sample_rate=q,
-        noise_multiplier=float(noise_multiplier),
-        losses=losses,
-        clip_norms=clips,
-    )
+    return losses, clips

@@ -107,6 +107,35 @@ class MaskedAggregate(Generic[SketchT]):
         )
 
 
+def _public_bound(sketches: Sequence[LinearSketch], max_count: int | None) -> int:
+    """Check that the users' sketches can be summed; return the public bound.
+
+    The sketches must share kind, depth, width and seed; ``max_count`` (or,
+    by default, the largest absolute counter, at least 1) bounds every
+    counter, and a counter above a given bound is refused rather than clipped.
+    """
+    if not sketches:
+        raise ConfigError("aggregate_sketches needs at least one sketch.")
+    template = sketches[0]
+    for i, sketch in enumerate(sketches):
+        if not template.compatible(sketch):
+            raise ConfigError(
+                f"sketch {i} ({sketch!r}) differs from sketch 0 ({template!r}) in "
+                "kind, depth, width or seed; users must share them."
+            )
+    largest = max(int(np.abs(s.table).max()) for s in sketches)
+    bound = max(1, largest) if max_count is None else max_count
+    if largest > bound:
+        worst = max(
+            range(len(sketches)), key=lambda i: int(np.abs(sketches[i].table).max())
+        )
+        raise DataError(
+            f"user {worst} has a counter of {largest}, above max_count={bound}; "
+            "raise max_count (it is public) or split the user's stream."
+        )
+    return bound
+
+
 def aggregate_sketches(
     sketches: Sequence[SketchT],
     *,
@@ -174,25 +203,8 @@ def aggregate_sketches(
     DataError
         If a user's counter exceeds ``max_count`` (it would be clipped).
     """
-    if not sketches:
-        raise ConfigError("aggregate_sketches needs at least one sketch.")
+    bound = _public_bound(sketches, max_count)
     template = sketches[0]
-    for i, sketch in enumerate(sketches):
-        if not template.compatible(sketch):
-            raise ConfigError(
-                f"sketch {i} ({sketch!r}) differs from sketch 0 ({template!r}) in "
-                "kind, depth, width or seed; users must share them."
-            )
-    largest = max(int(np.abs(s.table).max()) for s in sketches)
-    bound = max(1, largest) if max_count is None else max_count
-    if largest > bound:
-        worst = max(
-            range(len(sketches)), key=lambda i: int(np.abs(sketches[i].table).max())
-        )
-        raise DataError(
-            f"user {worst} has a counter of {largest}, above max_count={bound}; "
-            "raise max_count (it is public) or split the user's stream."
-        )
     n = len(sketches)
     settings = ProtocolSettings(
         mode=mode, min_online=min_online, threshold=threshold, group_size=group_size

@@ -380,16 +380,7 @@ def private_median(
         With ``seconds``: ``encrypt_per_sketch``, ``aggregate_per_sketch``,
         ``bisection`` and ``table``.
     """
-    _check_range(low, high)
-    if not contributions:
-        raise DataError("private_median needs at least one contribution.")
-    if n_authorities < 1:
-        raise ConfigError(f"n_authorities must be >= 1, got {n_authorities}.")
-    if secure_mode and seed is not None:
-        raise ConfigError(
-            "Passing seed is prohibited in secure mode: keys, encryption "
-            "randomness and noise come from the OS CSPRNG; pass seed=None."
-        )
+    _check_protocol(contributions, (low, high), n_authorities, seed, secure_mode)
     hash_seed, key_seed, enc_seed, noise_seed = np.random.SeedSequence(seed).spawn(4)
     template = CountSketch.from_error(
         epsilon_sketch,
@@ -397,31 +388,16 @@ def private_median(
         seed=int(hash_seed.generate_state(1, np.uint64)[0] >> np.uint64(1)),
     )
     # without a seed the secrets come from the CSPRNG (rng=None in elgamal)
-    key_rng = None if seed is None else np.random.default_rng(key_seed)
-    authorities = [Authority(k, key_rng) for k in range(n_authorities)]
-    key = GroupKey.combine(authorities)
+    authorities, key = _authorities(n_authorities, None if seed is None else key_seed)
     enc_rng = None if seed is None else np.random.default_rng(enc_seed)
-    n_values = 0
-    encrypted = []
-    enc_times = []
-    for values in contributions:
-        sketch = value_sketch(values, template, low=low, high=high)
-        n_values += sketch.total
-        start = time.perf_counter()
-        encrypted.append(encrypt(sketch.table, key, enc_rng))
-        enc_times.append(time.perf_counter() - start)
+    encrypted, n_values, enc_times = _encrypt_contributions(
+        contributions, template, (low, high), key, enc_rng
+    )
     start = time.perf_counter()
     aggregate = add_ciphertexts(encrypted)
     aggregate_s = time.perf_counter() - start
     start = time.perf_counter()
-    # |count| <= (largest bucket load of the range) * d * n: a table of d * n
-    # with one giant step per unit of load decodes every possible count
-    load = np.bincount(
-        template.buckets(value_keys(np.arange(low, high + 1))).reshape(-1)
-        + np.repeat(np.arange(template.depth) * template.width, high - low + 1),
-        minlength=template.size,
-    )
-    table = DiscreteLogTable(template.depth * max(1, n_values), int(load.max()))
+    table = _decoding_table(template, (low, high), n_values)
     table_s = time.perf_counter() - start
     counter = EncryptedRangeCounter(template, aggregate, authorities, key, table)
     start = time.perf_counter()
@@ -448,6 +424,80 @@ def private_median(
         "bisection": time.perf_counter() - start,
     }
     return result
+
+
+def _check_protocol(
+    contributions: Sequence[npt.ArrayLike],
+    value_range: tuple[int, int],
+    n_authorities: int,
+    seed: int | None,
+    secure_mode: bool,
+) -> None:
+    """Refuse :func:`private_median`'s arguments that cannot run privately."""
+    _check_range(*value_range)
+    if not contributions:
+        raise DataError("private_median needs at least one contribution.")
+    if n_authorities < 1:
+        raise ConfigError(f"n_authorities must be >= 1, got {n_authorities}.")
+    if secure_mode and seed is not None:
+        raise ConfigError(
+            "Passing seed is prohibited in secure mode: keys, encryption "
+            "randomness and noise come from the OS CSPRNG; pass seed=None."
+        )
+
+
+def _authorities(
+    n_authorities: int, key_seed: np.random.SeedSequence | None
+) -> tuple[list[Authority], GroupKey]:
+    """Create the decryption authorities and their joint ElGamal key (Ch. 4.3).
+
+    ``key_seed=None`` draws every secret from the OS CSPRNG.
+    """
+    key_rng = None if key_seed is None else np.random.default_rng(key_seed)
+    authorities = [Authority(k, key_rng) for k in range(n_authorities)]
+    return authorities, GroupKey.combine(authorities)
+
+
+def _encrypt_contributions(
+    contributions: Sequence[npt.ArrayLike],
+    template: CountSketch,
+    value_range: tuple[int, int],
+    key: GroupKey,
+    enc_rng: np.random.Generator | None,
+) -> tuple[list[list[Ciphertext]], int, list[float]]:
+    """Sketch and encrypt every user's values (Ch. 4.3, the users' step).
+
+    Returns the ciphertexts, the number of values they hold and the seconds
+    each encryption took.
+    """
+    low, high = value_range
+    n_values = 0
+    encrypted = []
+    enc_times = []
+    for values in contributions:
+        sketch = value_sketch(values, template, low=low, high=high)
+        n_values += sketch.total
+        start = time.perf_counter()
+        encrypted.append(encrypt(sketch.table, key, enc_rng))
+        enc_times.append(time.perf_counter() - start)
+    return encrypted, n_values, enc_times
+
+
+def _decoding_table(
+    template: CountSketch, value_range: tuple[int, int], n_values: int
+) -> DiscreteLogTable:
+    """Build the discrete-log table that decodes every count a range query reaches.
+
+    ``|count| <= (largest bucket load of the range) * d * n``: a table of
+    ``d * n`` with one giant step per unit of load decodes every possible count.
+    """
+    low, high = value_range
+    load = np.bincount(
+        template.buckets(value_keys(np.arange(low, high + 1))).reshape(-1)
+        + np.repeat(np.arange(template.depth) * template.width, high - low + 1),
+        minlength=template.size,
+    )
+    return DiscreteLogTable(template.depth * max(1, n_values), int(load.max()))
 
 
 def reference_problem(seed: int = 0, *, spread: str = "variance") -> np.ndarray:
