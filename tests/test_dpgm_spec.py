@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import NotFittedError
 
 from fedleak.dpgm.components import BernoulliRBM, VAEComponent, make_component
 from fedleak.dpgm.estimator import DPGM, calibrate_sigma_g
@@ -50,9 +51,9 @@ def test_rbm_defaults_and_initialisation() -> None:
         args.update(bad)
         n_visible = args.pop("n_visible")
         n_hidden = args.pop("n_hidden")
+        (name,) = bad
         with pytest.raises(
-            ConfigError,
-            match=r"^n_visible, n_hidden, cd_steps and sample_steps must be >= 1; got ",
+            ConfigError, match=rf"^{name} must be an integer >= 1; got 0\.$"
         ):
             BernoulliRBM(n_visible, n_hidden, **args)
 
@@ -95,7 +96,7 @@ def test_make_component_passes_its_sizes_and_prior() -> None:
         ):
             make_component("vae", 9, density_prior=bad)
     with pytest.raises(
-        ConfigError, match=r"^component must be 'vae', 'vae2' or 'rbm'; got 'gan'\.$"
+        ConfigError, match=r"^kind must be one of 'vae', 'vae2', 'rbm'; got 'gan'\.$"
     ):
         make_component("gan", 9)  # type: ignore[arg-type]
 
@@ -121,7 +122,9 @@ def test_calibrated_sigma_g_is_within_the_tolerance_of_the_target() -> None:
     custom = calibrate_sigma_g(2.0, lambdas=lam, **common)
     assert dpgm_epsilon(sigma_g=custom, lambdas=lam, **common) <= 2.0
     assert dpgm_epsilon(sigma_g=custom * (1 - 2e-3), lambdas=lam, **common) > 2.0
-    with pytest.raises(ConfigError, match=r"^epsilon must be > 0; got 0\.0\.$"):
+    with pytest.raises(
+        ConfigError, match=r"^epsilon must be a finite number > 0; got 0\.0\.$"
+    ):
         calibrate_sigma_g(0.0, **common)
     with pytest.raises(
         ConfigError,
@@ -140,22 +143,28 @@ def _tiny(n: int = 60, m: int = 8) -> np.ndarray:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(k=0, sigma_g=1.0), r"^k must be in \[1, 60\]; got k=0\.$"),
-        (dict(k=61, sigma_g=1.0), r"^k must be in \[1, 60\]; got k=61\.$"),
+        (dict(k=0, sigma_g=1.0), r"^k must be an integer in \[1, 60\]; got 0\.$"),
+        (dict(k=61, sigma_g=1.0), r"^k must be an integer in \[1, 60\]; got 61\.$"),
         (
             dict(k=1, sigma_g=1.0, component="gan"),
-            r"^component must be 'vae', 'vae2' or 'rbm'; got 'gan'\.$",
+            r"^component must be one of 'vae', 'vae2', 'rbm'; got 'gan'\.$",
         ),
         (dict(k=1), r"^give exactly one of epsilon \(a target budget\) and sigma_g"),
         (
             dict(k=1, sigma_g=1.0, epochs=0),
-            r"^need epochs >= 1 and 1 <= batch_size <= 60; got epochs=0, batch_size=64\.$",
+            r"^epochs must be an integer >= 1; got 0\.$",
         ),
-        (dict(k=1, sigma_g=1.0, batch_size=0), r"batch_size=0\.$"),
-        (dict(k=1, sigma_g=1.0, batch_size=61), r"batch_size=61\.$"),
+        (
+            dict(k=1, sigma_g=1.0, batch_size=0),
+            r"^batch_size must be an integer in \[1, 60\]; got 0\.$",
+        ),
+        (
+            dict(k=1, sigma_g=1.0, batch_size=61),
+            r"^batch_size must be an integer in \[1, 60\]; got 61\.$",
+        ),
         (
             dict(k=1, sigma_g=1.0, batch_size=10, kmeans_iterations=-1),
-            r"^kmeans_iterations must be >= 0\.$",
+            r"^kmeans_iterations must be an integer >= 0; got -1\.$",
         ),
         (
             dict(k=1, sigma_g=1.0, batch_size=10, delta=1.0),
@@ -163,9 +172,12 @@ def _tiny(n: int = 60, m: int = 8) -> np.ndarray:
         ),
         (
             dict(k=1, sigma_g=1.0, batch_size=10, delta=0.0),
-            r"^delta must be in \(0, 1\)",
+            r"^delta must be in \(0, 1\); got 0\.0\.$",
         ),
-        (dict(k=1, sigma_g=0.0, batch_size=10), r"^sigma_g must be > 0; got 0\.0\.$"),
+        (
+            dict(k=1, sigma_g=0.0, batch_size=10),
+            r"^sigma_g must be a finite number > 0; got 0\.0\.$",
+        ),
         (
             dict(k=2, sigma_g=1.0, batch_size=10),
             r"^private kernel k-means starts its centres on public records",
@@ -188,11 +200,14 @@ def test_dpgm_refuses_bad_data_and_early_calls() -> None:
         DPGM(1, sigma_g=1.0).fit(_tiny()[:1])
     with pytest.raises(DataError, match=r"^X must hold values in \[0, 1\]"):
         DPGM(1, sigma_g=1.0, batch_size=10).fit(_tiny() - 0.5)
-    with pytest.raises(ConfigError, match=r"^call fit\(X\) before sample\(\)\.$"):
+    # scikit-learn's convention: NotFittedError before fit
+    unfitted = (
+        r"^This DPGM instance is not fitted yet\. Call 'fit' with appropriate "
+        r"arguments before using this estimator\.$"
+    )
+    with pytest.raises(NotFittedError, match=unfitted):
         DPGM(1, sigma_g=1.0).sample(2)
-    with pytest.raises(
-        ConfigError, match=r"^call fit\(X\) before sample_component\(\)\.$"
-    ):
+    with pytest.raises(NotFittedError, match=unfitted):
         DPGM(1, sigma_g=1.0).sample_component(0, 2)
 
 
@@ -237,10 +252,10 @@ def test_dpgm_defaults_and_fitted_attributes() -> None:
     )
     assert fitted.sample().shape == (60, 8)  # |X| records by default
     assert fitted.sample(0).shape == (0, 8)
-    with pytest.raises(ConfigError, match=r"^n must be >= 0; got -1\.$"):
+    with pytest.raises(ConfigError, match=r"^n must be an integer >= 0; got -1\.$"):
         fitted.sample(-1)
     with pytest.raises(
-        ConfigError, match=r"^component index must be in \[0, 1\); got 1\.$"
+        ConfigError, match=r"^b must be an integer in \[0, 0\]; got 1\.$"
     ):
         fitted.sample_component(1, 2)
     np.testing.assert_array_equal(fitted.sample(5, seed=3), fitted.sample(5, seed=3))

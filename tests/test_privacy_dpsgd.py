@@ -274,11 +274,14 @@ def test_secure_mode_trains_without_a_seed() -> None:
             {"noise_multiplier": math.inf},
             r"^noise_multiplier must be a finite number >= 0",
         ),
-        ({"expected_batch_size": 0}, r"^expected_batch_size must be >= 1; got 0\.$"),
-        ({"lr": 0.0}, r"^lr must be > 0; got 0\.0\.$"),
+        (
+            {"expected_batch_size": 0},
+            r"^expected_batch_size must be an integer >= 1; got 0\.$",
+        ),
+        ({"lr": 0.0}, r"^lr must be a finite number > 0; got 0\.0\.$"),
         (
             {"neighbouring": "swap"},
-            r"^neighbouring must be 'add_remove' or 'replace_one'; got 'swap'\.$",
+            r"^neighbouring must be one of 'add_remove', 'replace_one'; got 'swap'\.$",
         ),
         (
             {"secure_mode": True, "rng": 3},
@@ -286,7 +289,7 @@ def test_secure_mode_trains_without_a_seed() -> None:
         ),
         (
             {"per_sample": "loop"},
-            r"^per_sample must be 'ghost' or 'hooks'; got 'loop'\.$",
+            r"^per_sample must be one of 'ghost', 'hooks'; got 'loop'\.$",
         ),
     ],
 )
@@ -343,11 +346,11 @@ def test_dpsgd_refuses_modules_it_cannot_privatise() -> None:
         (lambda: AdaptiveClipping(math.inf), r"^sigma_c must be a finite number > 0"),
         (
             lambda: AdaptiveClipping(1.0, c_max=0.0),
-            r"^c_max must be > 0 and bins >= 1; got 0\.0, 100\.$",
+            r"^c_max must be a finite number > 0; got 0\.0\.$",
         ),
         (
             lambda: AdaptiveClipping(1.0, bins=0),
-            r"^c_max must be > 0 and bins >= 1; got 10\.0, 0\.$",
+            r"^bins must be an integer >= 1; got 0\.$",
         ),
     ],
 )
@@ -523,7 +526,7 @@ def test_dp_sgd_train_secure_mode_refuses_a_seed_with_the_remedy() -> None:
             secure_mode=True,
         )
     with pytest.raises(
-        ConfigError, match=r"need epochs >= 1 and 1 <= batch_size <= n=10"
+        ConfigError, match=r"^batch_size must be an integer in \[1, 10\]; got 11\.$"
     ):
         dp_sgd_train(
             _mlp(),
@@ -536,7 +539,7 @@ def test_dp_sgd_train_secure_mode_refuses_a_seed_with_the_remedy() -> None:
             max_grad_norm=1.0,
             seed=0,
         )
-    with pytest.raises(ConfigError, match=r"got epochs=0, batch_size=5"):
+    with pytest.raises(ConfigError, match=r"^epochs must be an integer >= 1; got 0\.$"):
         dp_sgd_train(
             _mlp(),
             x,

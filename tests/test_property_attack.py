@@ -16,6 +16,7 @@ from fedleak.attacks.property.classifier import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import NotFittedError
 
 from fedleak.errors import ConfigError, DataError
 
@@ -274,16 +275,24 @@ def test_classifier_settings_reach_the_estimators():
     scores = forest.property_scores(x)
     np.testing.assert_array_equal(forest.predict(x), (scores >= 0.5).astype(np.int64))
     np.testing.assert_allclose(forest.predict_proba(x).sum(axis=1), 1.0)
-    with pytest.raises(ConfigError, match=r"^n_estimators must be >= 1, got 0$"):
+    with pytest.raises(
+        ConfigError, match=r"^n_estimators must be an integer >= 1; got 0\.$"
+    ):
         BatchPropertyClassifier(n_estimators=0).fit(x, y)
-    with pytest.raises(ConfigError, match=r"^C must be > 0, got 0\.0$"):
+    with pytest.raises(
+        ConfigError, match=r"^C must be a finite number > 0; got 0\.0\.$"
+    ):
         BatchPropertyClassifier(kind="logistic", C=0.0).fit(x, y)
     with pytest.raises(
         ConfigError,
-        match=r"^unknown classifier kind 'svm'; choose one of \['random-forest', 'logistic'\]$",
+        match=r"^kind must be one of 'random-forest', 'logistic'; got 'svm'\.$",
     ):
         BatchPropertyClassifier(kind="svm").fit(x, y)
-    with pytest.raises(ConfigError, match=r"^call fit before predict_proba$"):
+    with pytest.raises(  # scikit-learn's convention before fit
+        NotFittedError,
+        match=r"^This BatchPropertyClassifier instance is not fitted yet\. Call "
+        r"'fit' with appropriate arguments before using this estimator\.$",
+    ):
         BatchPropertyClassifier().predict_proba(x)
     with pytest.raises(
         DataError,
@@ -304,11 +313,15 @@ def test_classifier_settings_reach_the_estimators():
     ):
         BatchPropertyClassifier().fit(x, y[:-1])
     with pytest.raises(
-        ConfigError, match=r"^top_features needs a fitted logistic classifier$"
+        ConfigError,
+        match=r"^top_features needs kind='logistic'; the fitted kind is "
+        r"'random-forest'\.$",
     ):
         forest.top_features()
     with pytest.raises(
-        ConfigError, match=r"^top_features needs a fitted logistic classifier$"
+        NotFittedError,
+        match=r"^This BatchPropertyClassifier instance is not fitted yet\. Call "
+        r"'fit' with appropriate arguments before using this estimator\.$",
     ):
         BatchPropertyClassifier(kind="logistic").top_features()
     coef = logistic.estimator_[-1].coef_[0]
@@ -328,7 +341,7 @@ def test_scoring_helpers_refusals_and_windows():
         single_batch_auc(np.zeros(3), np.ones(3))
     with pytest.raises(DataError, match=r"^no observed round to score$"):
         dataset_score(np.array([]))
-    with pytest.raises(ConfigError, match=r"^window must be >= 1, got 0$"):
+    with pytest.raises(ConfigError, match=r"^window must be an integer >= 1; got 0\.$"):
         score_series(np.array([1]), np.array([0.5]), window=0)
     with pytest.raises(DataError, match=r"^rounds \(2,\) and scores \(1,\) differ$"):
         score_series(np.array([1, 2]), np.array([0.5]))
@@ -529,7 +542,15 @@ def test_fitting_uses_the_given_classifier_and_rounds():
         meta={},
     )
     chosen = BatchPropertyClassifier(kind="logistic")
-    assert obs.fit(chosen) is chosen
+    fitted = obs.fit(chosen)
+    # the given classifier's settings are fitted on a clone: the caller's
+    # object stays unfitted (no mutated inputs)
+    assert fitted is not chosen and fitted.get_params() == chosen.get_params()
+    assert hasattr(fitted, "estimator_") and not hasattr(chosen, "estimator_")
+    np.testing.assert_allclose(
+        fitted.property_scores(x),
+        BatchPropertyClassifier(kind="logistic").fit(x, y).property_scores(x),
+    )
     early = obs.fit(BatchPropertyClassifier(kind="logistic"), max_round=2)
     reference = BatchPropertyClassifier(kind="logistic").fit(x[:20], y[:20])
     np.testing.assert_allclose(early.property_scores(x), reference.property_scores(x))

@@ -63,57 +63,65 @@ def test_updates_add_counts_on_every_path() -> None:
 @pytest.mark.parametrize(
     ("make", "error", "message"),
     [
-        (lambda: CountMinSketch(0, 4), ConfigError, r"^depth must be >= 1, got 0\.$"),
-        (lambda: CountMinSketch(2, 0), ConfigError, r"^width must be >= 1, got 0\.$"),
+        (
+            lambda: CountMinSketch(0, 4),
+            ConfigError,
+            r"^depth must be an integer >= 1; got 0\.$",
+        ),
+        (
+            lambda: CountMinSketch(2, 0),
+            ConfigError,
+            r"^width must be an integer >= 1; got 0\.$",
+        ),
         (
             lambda: CountMinSketch(True, 4),
             ConfigError,
-            r"^depth must be an integer, got True\.$",
+            r"^depth must be an integer >= 1; got True\.$",
         ),
         (
             lambda: CountMinSketch(2, 4.0),
             ConfigError,
-            r"^width must be an integer, got 4\.0\.$",
+            r"^width must be an integer >= 1; got 4\.0\.$",
         ),
         (
             lambda: CountMinSketch(2, 4, seed=True),
             ConfigError,
-            r"^seed must be an integer, got True\.$",
+            r"^seed must be an integer in \[0, 9223372036854775807\]; got True\.$",
         ),
         (
             lambda: CountMinSketch(2, 4, seed=1 << 63),
             ConfigError,
-            r"^seed must lie in \[0, 2\*\*63\), got 9223372036854775808\.$",
+            r"^seed must be an integer in \[0, 9223372036854775807\]; got 9223372036854775808\.$",
         ),
         (
             lambda: CountMinSketch(2, 4, seed=-1),
             ConfigError,
-            r"^seed must lie in \[0, 2\*\*63\)",
+            r"^seed must be an integer in \[0, 9223372036854775807\]; got -1\.$",
         ),
         (
             lambda: CountMinSketch.suggest_width(1.0),
             ConfigError,
-            r"^epsilon must lie in \(0, 1\), got 1\.0\.$",
+            r"^epsilon must be in \(0, 1\); got 1\.0\.$",
         ),
         (
             lambda: CountMinSketch.suggest_width(0.0),
             ConfigError,
-            r"^epsilon must lie in \(0, 1\)",
+            r"^epsilon must be in \(0, 1\); got 0\.0\.$",
         ),
         (
             lambda: CountMinSketch.suggest_width(True),
             ConfigError,
-            r"^epsilon must be a number, got True\.$",
+            r"^epsilon must be in \(0, 1\); got True\.$",
         ),
         (
             lambda: CountMinSketch.suggest_depth(1.0),
             ConfigError,
-            r"^delta must lie in \(0, 1\), got 1\.0\.$",
+            r"^delta must be in \(0, 1\); got 1\.0\.$",
         ),
         (
             lambda: CountMinSketch.suggest_depth(0.1, 0),
             ConfigError,
-            r"^n_items must be >= 1, got 0\.$",
+            r"^n_items must be an integer >= 1; got 0\.$",
         ),
         (
             lambda: CountSketch(3, 55),
@@ -173,12 +181,12 @@ def test_updates_add_counts_on_every_path() -> None:
         (
             lambda: CountSketch(2, 4).error_bound(1.0),
             ConfigError,
-            r"^delta must lie in \(0, 1\), got 1\.0\.$",
+            r"^delta must be in \(0, 1\); got 1\.0\.$",
         ),
         (
             lambda: CountSketch(2, 4).error_bound(0.0),
             ConfigError,
-            r"^delta must lie in \(0, 1\)",
+            r"^delta must be in \(0, 1\); got 0\.0\.$",
         ),
     ],
 )
@@ -379,16 +387,23 @@ def test_bisection_noise_is_drawn_in_order_from_the_given_generator() -> None:
         (
             dict(epsilon=0.0, rng=np.random.default_rng(0)),
             ConfigError,
-            r"^epsilon must be > 0, got 0\.0\.$",
+            r"^epsilon must be a finite number > 0; got 0\.0\.$",
         ),
         (
-            dict(epsilon=1.0),
+            dict(epsilon=math.inf, rng=np.random.default_rng(0)),
             ConfigError,
-            r"^noise needs an rng \(numpy\.random\.Generator\)\.$",
+            r"^epsilon must be a finite number > 0; got inf\.$",
+        ),
+        (
+            dict(epsilon=1.0, rng=1, secure_mode=True),
+            ConfigError,
+            r"^Passing seed is prohibited in secure mode: the noise comes from the "
+            r"OS CSPRNG; pass rng=None\.$",
         ),
         (dict(n_values=0), DataError, r"^the median of no values is undefined\.$"),
-        (dict(low=5, high=4), ConfigError, r"^need 0 <= low <= high, got \[5, 4\]\.$"),
-        (dict(low=True), ConfigError, r"^the value range must be integers\.$"),
+        (dict(low=5, high=4), ConfigError, r"^high must be an integer >= 5; got 4\.$"),
+        (dict(low=True), ConfigError, r"^low must be an integer >= 0; got True\.$"),
+        (dict(low=-1), ConfigError, r"^low must be an integer >= 0; got -1\.$"),
     ],
 )
 def test_bisection_refusals(kwargs, error, message) -> None:
@@ -547,12 +562,12 @@ def test_elgamal_arithmetic_edge_cases() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((0,), r"^bound must be an integer >= 1, got 0\.$"),
-        ((True,), r"^bound must be an integer >= 1, got True\.$"),
-        ((2.0,), r"^bound must be an integer >= 1, got 2\.0\.$"),
-        ((2, -1), r"^giant_steps must be >= 0, got -1\.$"),
-        ((2, True), r"^giant_steps must be an integer, got True\.$"),
-        ((2, 1.0), r"^giant_steps must be an integer, got 1\.0\.$"),
+        ((0,), r"^bound must be an integer >= 1; got 0\.$"),
+        ((True,), r"^bound must be an integer >= 1; got True\.$"),
+        ((2.0,), r"^bound must be an integer >= 1; got 2\.0\.$"),
+        ((2, -1), r"^giant_steps must be an integer >= 0; got -1\.$"),
+        ((2, True), r"^giant_steps must be an integer >= 0; got True\.$"),
+        ((2, 1.0), r"^giant_steps must be an integer >= 0; got 1\.0\.$"),
     ],
 )
 def test_discrete_log_table_domain(args, message) -> None:
@@ -738,13 +753,40 @@ def test_encrypt_uses_the_first_precomputed_pairs() -> None:
     )
 
 
+def test_bisection_noise_without_an_rng_is_fresh_and_a_seed_replays_it() -> None:
+    """rng=None (the default) draws the noise from fresh OS entropy: two calls
+    release different counts (continuous Laplace noise of scale 3; equal
+    draws have probability 0). An int seed replays default_rng(seed)."""
+    values = np.array([1, 2, 3, 4, 5, 6, 7])
+
+    def count(a: int, b: int) -> int:
+        return int(np.count_nonzero((values >= a) & (values < b)))
+
+    first = bisect_median(count, 7, 1, low=0, high=7, epsilon=1.0)
+    second = bisect_median(count, 7, 1, low=0, high=7, epsilon=1.0)
+    assert first.released != second.released
+    seeded = bisect_median(count, 7, 1, low=0, high=7, epsilon=1.0, rng=6)
+    replay = np.random.default_rng(6)
+    assert seeded.released[0] == pytest.approx(count(0, 4) + replay.laplace(0.0, 3.0))
+    # without epsilon the counts are released exactly, with or without an rng
+    assert bisect_median(count, 7, 1, low=0, high=7).released[0] == count(0, 4)
+
+
 def test_private_median_defaults() -> None:
+    """seed=None (the default) is private: fresh keys, hashes and noise on
+    every call, ``reproducible`` False; an explicit seed replays the run."""
     values = [np.array([3, 5, 8]), np.array([1, 9])]
     default = private_median(values, low=0, high=15, epsilon=2.0)
+    again = private_median(values, low=0, high=15, epsilon=2.0)
+    assert default.released != again.released
+    assert default.reproducible is False and again.reproducible is False
     explicit = private_median(
         values, low=0, high=15, epsilon=2.0, seed=0, strict_sensitivity=False
     )
-    assert default.released == explicit.released
+    replayed = private_median(values, low=0, high=15, epsilon=2.0, seed=0)
+    assert explicit.released == replayed.released
+    assert explicit.reproducible is True
+    assert default.released != explicit.released
 
 
 def test_range_sensitivity_is_the_largest_move_over_the_domain() -> None:
@@ -767,7 +809,7 @@ def test_range_sensitivity_is_the_largest_move_over_the_domain() -> None:
 
 def test_decryption_count_and_reference_dtype() -> None:
     assert decryptions_needed(10, 20) == 4  # ceil(log2(11))
-    with pytest.raises(ConfigError, match=r"^need 0 <= low <= high, got \[5, 3\]\.$"):
+    with pytest.raises(ConfigError, match=r"^high must be an integer >= 5; got 3\.$"):
         decryptions_needed(5, 3)
     assert reference_problem(2).dtype == np.int64
 

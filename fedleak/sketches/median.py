@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
 from ..privacy.randomness import RngLike, check_rng, noise_laplace
-from ..validation import check_int
+from ..validation import check_epsilon, check_int
 from .base import MERSENNE_PRIME
 from .count_sketch import CountSketch
 from .elgamal import (
@@ -179,9 +179,7 @@ def bisect_median(
     xi = decryptions_needed(low, high)
     scale = None
     if epsilon is not None:
-        if not 0 < epsilon < math.inf:
-            raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon}.")
-        scale = xi / epsilon
+        scale = xi / check_epsilon("epsilon", epsilon)
     noise_rng = None if secure_mode else check_rng(rng)
     if secure_mode and rng is not None:
         raise ConfigError(
