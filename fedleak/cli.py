@@ -134,28 +134,35 @@ def _run(
                 "--resume RUN_DIR goes on with that run's own config.toml; give no "
                 "CONFIG, --out or --set with it"
             )
-        config = (
-            load_config(resume / "config.toml")
-            if (resume / "config.toml").is_file()
-            else None
-        )
+        if not (resume / "config.toml").is_file():
+            raise ConfigError(
+                f"resume {resume}: no config.toml there; give the folder of a run "
+                "that fedleak run wrote"
+            )
+        config = load_config(resume / "config.toml")
     elif config_path is None:
         raise ConfigError("give an experiment file (fedleak run CONFIG) or --resume")
     else:
         config = load_config(config_path, overrides)
     from .experiments.results import count_usable_rounds
-    from .experiments.runner import preflight, resume_experiment, run_experiment
+    from .experiments.runner import (
+        check_ray,
+        preflight,
+        resume_experiment,
+        run_experiment,
+    )
+    from .experiments.server import make_run_dir
 
-    if config is not None and resume is None:
-        preflight(config)
+    # what can fail, before the progress bar shows
+    preflight(config)
+    check_ray(config, ray_address)
+    if resume is None:
+        out = make_run_dir(config, out)
     progress = _progress_bar(verbose)
-    total = config.rounds if config is not None else None
     task = progress.add_task(
         f"{config.name} ({config.strategy.name}, "
-        f"{config.federation.num_clients} clients)"
-        if config is not None
-        else str(resume),
-        total=total,
+        f"{config.federation.num_clients} clients)",
+        total=config.rounds,
         metric="",
     )
 
@@ -178,7 +185,6 @@ def _run(
                     control=control,
                 )
             else:
-                assert config is not None
                 outcome = run_experiment(
                     config,
                     out=out,

@@ -43,7 +43,7 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path):
 def _results(version: int) -> dict:
     row = {"round": 1, "server": {}, "train": {}, "evaluate": {}}
     timing: dict = {"total_s": 1.0, "round_s": [0.5]}
-    if version == 2:
+    if version >= 2:
         timing |= {
             "rounds": [{"round": 1, **dict.fromkeys(ROUND_TIMING_KEYS[1:], 0.1)}],
             "median_after_first": {},

@@ -553,7 +553,7 @@ def make_run_dir(
         path = Path(out)
         if path.exists() and not path.is_dir():
             raise ConfigError(
-                f"--out {path}: a file, not a folder; choose a folder for the run"
+                f"run folder {path} (--out): a file, not a folder; choose a folder"
             )
         if any((path / name).exists() for name in ("results.json", "rounds.jsonl")):
             raise ConfigError(
@@ -574,7 +574,7 @@ def make_run_dir(
         if isinstance(err, FileExistsError | NotADirectoryError):
             reason = "a part of the path is a file, not a folder"
         raise ConfigError(
-            f"--out {path}: cannot create the run directory there ({reason})"
+            f"run folder {path} (--out): cannot create it ({reason})"
         ) from None
     return path
 
