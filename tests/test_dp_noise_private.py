@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+# these tests check NumPy's global (legacy) generator on purpose
+# ruff: noqa: NPY002
 from cli_process import run_fedleak as fedleak
 
 from fedleak.errors import ConfigError
@@ -101,7 +104,7 @@ def run_dp(tmp_path: Path, name: str, extra: str = "") -> tuple[dict, dict]:
 @pytest.mark.slow
 def test_same_seed_runs_add_different_noise_unless_a_noise_seed_is_set(tmp_path):
     first, model_1 = run_dp(tmp_path, "a")
-    second, model_2 = run_dp(tmp_path, "b")
+    _, model_2 = run_dp(tmp_path, "b")
     assert first["privacy"]["noise"] == "os-entropy"
     assert first["privacy"]["noise_reproducible"] is False
     # the noise has standard deviation 1.0 * 1.0 / 2 per entry: equal models
@@ -110,7 +113,7 @@ def test_same_seed_runs_add_different_noise_unless_a_noise_seed_is_set(tmp_path)
 
     seeded = "noise_seed = 42\n"
     third, model_3 = run_dp(tmp_path, "c", seeded)
-    fourth, model_4 = run_dp(tmp_path, "d", seeded)
+    _, model_4 = run_dp(tmp_path, "d", seeded)
     assert third["privacy"] == {
         "noise": "noise_seed",
         "noise_reproducible": True,

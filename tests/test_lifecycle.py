@@ -81,7 +81,7 @@ def session_processes(sid: int) -> list[str]:
     ).stdout
     alive = []
     for line in listing.splitlines():
-        pid, session, stat, *cmd = line.split(None, 3)
+        _, session, stat, *_ = line.split(None, 3)
         if int(session) == sid and not stat.startswith("Z"):
             alive.append(line)
     return alive
@@ -154,7 +154,7 @@ def test_sigterm_stops_after_the_round_with_status_143(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_leaves_no_ray_process_behind(tmp_path):
-    config, out = write(tmp_path), tmp_path / "run"
+    config, out = write(tmp_path, rounds=5000), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)
     wait_for_rounds(out, 2, proc)
     assert any("raylet" in line for line in session_processes(proc.pid))
