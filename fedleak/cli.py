@@ -14,11 +14,12 @@ and a benchmark's module loads only when that benchmark runs.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import click
 import typer
@@ -27,10 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .bench import BENCHMARKS, Benchmark
-from .errors import FedleakError
-
-if TYPE_CHECKING:
-    from .experiments.config import ExperimentConfig
+from .errors import ConfigError, FedleakError
 
 __all__ = ["app", "main"]
 
@@ -96,7 +94,7 @@ def _bundled_config(name: str) -> Path:
     return Path(str(resources.files("fedleak.sim_configs") / name))
 
 
-def _progress_bar(config: ExperimentConfig, verbose: bool) -> Any:
+def _progress_bar(verbose: bool) -> Any:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -120,20 +118,47 @@ def _progress_bar(config: ExperimentConfig, verbose: bool) -> Any:
 
 
 def _run(
-    config_path: Path,
+    config_path: Path | None,
     out: Path | None,
     overrides: list[str],
     ray_address: str | None,
     verbose: bool,
+    resume: Path | None = None,
 ) -> None:
     from .experiments.config import load_config
+    from .experiments.lifecycle import RunControl, start_reaper, stop_on_signals
 
-    config = load_config(config_path, overrides)
+    if resume is not None:
+        if config_path is not None or out is not None or overrides:
+            raise ConfigError(
+                "--resume RUN_DIR goes on with that run's own config.toml; give no "
+                "CONFIG, --out or --set with it"
+            )
+        if not (resume / "config.toml").is_file():
+            raise ConfigError(
+                f"resume {resume}: no config.toml there; give the folder of a run "
+                "that fedleak run wrote"
+            )
+        config = load_config(resume / "config.toml")
+    elif config_path is None:
+        raise ConfigError("give an experiment file (fedleak run CONFIG) or --resume")
+    else:
+        config = load_config(config_path, overrides)
     from .experiments.results import count_usable_rounds
-    from .experiments.runner import preflight, run_experiment
+    from .experiments.runner import (
+        check_ray,
+        preflight,
+        resume_experiment,
+        run_experiment,
+    )
+    from .experiments.server import make_run_dir
 
+    # what can fail, before the progress bar shows
     preflight(config)
-    progress = _progress_bar(config, verbose)
+    check_ray(config, ray_address)
+    if resume is None:
+        out = make_run_dir(config, out)
+    progress = _progress_bar(verbose)
     task = progress.add_task(
         f"{config.name} ({config.strategy.name}, "
         f"{config.federation.num_clients} clients)",
@@ -147,27 +172,65 @@ def _run(
         progress.update(task, completed=server_round, metric=metric)
 
     started = time.perf_counter()
-    with progress:
-        outcome = run_experiment(
-            config, out=out, ray_address=ray_address, verbose=verbose, on_round=on_round
+    control = RunControl()
+    reaper = start_reaper()  # stops Ray's processes however this process ends
+    try:
+        with stop_on_signals(control), progress:
+            if resume is not None:
+                outcome = resume_experiment(
+                    resume,
+                    ray_address=ray_address,
+                    verbose=verbose,
+                    on_round=on_round,
+                    control=control,
+                )
+            else:
+                outcome = run_experiment(
+                    config,
+                    out=out,
+                    ray_address=ray_address,
+                    verbose=verbose,
+                    on_round=on_round,
+                    control=control,
+                )
+    finally:
+        if reaper is not None and reaper.stdin is not None:
+            reaper.stdin.close()  # the run's Ray processes are stopped now
+    results = outcome.results
+    run_dir = outcome.run_dir
+    if results.get("status") == "interrupted":
+        name = signal.Signals(control.exit_code - 128).name
+        done = results.get("completed_rounds", 0)
+        rounds = results["config"]["rounds"]
+        where = (
+            f"go on with: fedleak run --resume {escape(str(run_dir))}"
+            if (run_dir / "checkpoint.npz").is_file()
+            else "no round completed, so there is nothing to resume"
         )
-    if count_usable_rounds(outcome.results) == 0:
+        _err.print(
+            f"interrupted ({name}) after round {done} of {rounds}: model.npz and "
+            f"results.json in {escape(str(run_dir))}; {where}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(control.exit_code)
+    if count_usable_rounds(results) == 0:
         _err.print(
             "[bold red]error:[/] no client reply could be used in any round "
             "(see the warnings above); the run's files are in "
-            f"{escape(str(outcome.run_dir))}",
+            f"{escape(str(run_dir))}",
             highlight=False,
         )
         raise typer.Exit(1)
-    final = outcome.results["final"]
-    timing = outcome.results["timing"]
+    final = results["final"]
+    timing = results["timing"]
     acc = final.get("test-accuracy")
     line = f"final test accuracy {acc:.4f}" if isinstance(acc, float) else "done"
     median = timing.get("median_round_after_first_s")
     median_text = f", median round {median:.3f} s" if isinstance(median, float) else ""
     _out.print(
-        f"{line} after {config.rounds} rounds in {time.perf_counter() - started:.1f} s"
-        f"{median_text}\nresults: {outcome.run_dir / 'results.json'}",
+        f"{line} after {final['round']} rounds in {time.perf_counter() - started:.1f} s"
+        f"{median_text}\nresults: {run_dir / 'results.json'}",
         highlight=False,
     )
 
@@ -175,8 +238,9 @@ def _run(
 @app.command()
 def run(
     config: Annotated[
-        Path, typer.Argument(help="Experiment TOML file (see sim_configs/).")
-    ],
+        Path | None,
+        typer.Argument(help="Experiment TOML file (see sim_configs/)."),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Run directory (default runs/<name>/<timestamp>)."),
@@ -188,6 +252,14 @@ def run(
             help="Override a key, e.g. --set strategy.learning_rate=0.1 (repeatable).",
         ),
     ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Go on with an interrupted run from its last checkpoint "
+            "(give its run directory instead of CONFIG).",
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Use an existing Ray cluster.")
     ] = None,
@@ -195,8 +267,14 @@ def run(
         bool, typer.Option("-v", "--verbose", help="Show Flower and Ray logs.")
     ] = False,
 ) -> None:
-    """Run an experiment file as a Flower simulation on Ray."""
-    _run(config, out, set_ or [], ray_address, verbose)
+    """Run an experiment file as a Flower simulation on Ray.
+
+    Ctrl-C (SIGINT) or SIGTERM stops the run after the round in progress and
+    writes model.npz and results.json ("status": "interrupted"); exit status
+    130 or 143. fedleak run --resume RUN_DIR goes on from the last checkpoint
+    and ends with the numbers of an uninterrupted run.
+    """
+    _run(config, out, set_ or [], ray_address, verbose, resume)
 
 
 @app.command()
@@ -242,8 +320,8 @@ def main() -> None:
             soft_wrap=True,
         )
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt:  # pragma: no cover - interactive only
-        _err.print("interrupted: files already written in the run directory are kept")
+    except KeyboardInterrupt:  # outside a run (a run turns Ctrl-C into a stop)
+        _err.print("interrupted")
         sys.exit(130)
 
 

@@ -43,7 +43,7 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path):
 def _results(version: int) -> dict:
     row = {"round": 1, "server": {}, "train": {}, "evaluate": {}}
     timing: dict = {"total_s": 1.0, "round_s": [0.5]}
-    if version == 2:
+    if version >= 2:
         timing |= {
             "rounds": [{"round": 1, **dict.fromkeys(ROUND_TIMING_KEYS[1:], 0.1)}],
             "median_after_first": {},
@@ -62,8 +62,15 @@ def _results(version: int) -> dict:
     }
 
 
-def test_results_of_both_schema_versions_are_read():
-    assert SCHEMA_VERSION == 2
+def test_results_of_every_schema_version_are_read():
+    assert SCHEMA_VERSION == 3
+    current = _results(3) | {
+        "status": "interrupted",
+        "privacy": {"noise": "os-entropy"},
+        "non_finite": [],
+    }
+    assert check_results(current) == []
+    assert any("status" in p for p in check_results(current | {"status": "done"}))
     assert check_results(_results(2)) == []
     assert check_results(_results(1)) == []  # files written before the engine timing
 
@@ -75,5 +82,5 @@ def test_a_version_2_file_without_the_round_timing_is_flagged():
     partial = _results(2)
     del partial["timing"]["rounds"][0]["wait_s"]
     assert any("timing.rounds rows" in p for p in check_results(partial))
-    future = _results(2) | {"schema_version": 3}
-    assert any("schema_version 3" in p for p in check_results(future))
+    future = _results(2) | {"schema_version": 4}
+    assert any("schema_version 4" in p for p in check_results(future))

@@ -174,6 +174,12 @@ class FederationConfig(_Section):
     server_threads: int = Field(
         1, ge=0, description="torch threads of the server's evaluation; 0 = torch's"
     )
+    checkpoint_every: int = Field(
+        10,
+        ge=0,
+        description="write checkpoint.npz every this many rounds (and at a stop, "
+        "and after the last round); 0 = only at a stop and at the end",
+    )
 
 
 class EvaluationConfig(_Section):
@@ -184,13 +190,26 @@ class EvaluationConfig(_Section):
 
 
 class PrivacyConfig(_Section):
-    """``[privacy]``: an optional Flower central-DP wrapper around the strategy."""
+    """``[privacy]``: an optional Flower central-DP wrapper, and the noise's source.
+
+    DP noise (Flower's server-side wrappers here, and the clients' record-
+    and participant-level DP of ``[defenses]``) comes from the operating
+    system's entropy by default: two runs with the same ``seed`` add
+    different noise, and nobody can recompute it from the experiment file.
+    ``noise_seed`` makes the noise a function of that seed instead, to
+    reproduce a figure exactly. **That is not private**: anyone who knows
+    ``noise_seed`` can subtract the noise. ``results.json`` records which
+    source a run used (``privacy.noise``).
+    """
 
     wrapper: Literal["none", "server-fixed-clipping", "server-adaptive-clipping"] = (
         "none"
     )
     noise_multiplier: float = Field(1.0, ge=0)
     clipping_norm: float = Field(1.0, gt=0)
+    noise_seed: int | None = Field(
+        None, ge=0, lt=2**63, description="reproducible, NOT private DP noise"
+    )
 
 
 class SecureAggregationConfig(_Section):

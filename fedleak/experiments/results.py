@@ -8,20 +8,29 @@ A run writes into ``runs/<name>/<timestamp>/`` (or the ``--out`` folder):
     One JSON object per finished round, appended as the run goes, so an
     interrupted run keeps what it computed.
 ``results.json``
-    Written once at the end (schema below).
+    Written once at the end of the run, however it ends (schema below).
 ``model.npz``
-    The final global model (``numpy.load`` gives the state-dict arrays).
+    The final global model (``numpy.load`` gives the state-dict arrays): the
+    model after the last completed round.
+``checkpoint.npz``
+    What ``fedleak run --resume`` needs to go on
+    (:mod:`~fedleak.experiments.checkpoint`).
 ``curves.png``
     Test accuracy and losses per round.
 
 Every file is written to a temporary name in the same folder and renamed into
 place, so a reader never sees a half-written file.
 
-``results.json`` schema, version 2::
+``results.json`` schema, version 3::
 
     {
-      "schema_version": 2,
+      "schema_version": 3,
       "name": str, "seed": int, "created": ISO-8601 str,
+      "status": "completed" | "interrupted" | "failed",
+      "completed_rounds": int, "resumed_from": int | null,
+      "privacy": {"noise": "os-entropy" | "noise_seed",
+                  "noise_reproducible": bool, "noise_seed": int | null},
+      "non_finite": [str, ...],
       "versions": {"fedleak": str, "flwr": str, "torch": str, "numpy": str},
       "config": {...the resolved experiment...},
       "final": {"round": int, "test-accuracy": float, "test-loss": float},
@@ -50,7 +59,18 @@ building messages, aggregation, recording); ``client_compute_s`` sums the
 handler times the clients reported (``client_compute_max_s`` is the
 largest). Version 1 (before the engine timing) had no ``timing.rounds``,
 ``median_after_first`` or ``engine``, and its ``round_s`` left out the
-server evaluation; :func:`check_results` accepts both.
+server evaluation; version 2 had no ``status``, ``completed_rounds``,
+``resumed_from``, ``privacy`` or ``non_finite``. :func:`check_results`
+accepts all three.
+
+``rounds`` holds the completed rounds (fewer than the configured ones when
+``status`` is ``"interrupted"`` or ``"failed"``; ``final.round`` is the last
+of them). ``privacy.noise`` says where DP noise came from: ``"os-entropy"``
+(the default: not reproducible, private) or ``"noise_seed"`` (the
+experiment's ``[privacy] noise_seed``; reproducible, not private). The file is
+strict JSON: a number that was NaN or infinite (a diverged loss) is written as
+``null`` and its path (``"rounds[3].server.test-loss"``) listed in
+``non_finite``.
 
 Everything except ``created`` and ``timing`` is a deterministic function of
 the experiment file (same seed, same numbers).
@@ -58,6 +78,7 @@ the experiment file (same seed, same numbers).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,10 +92,12 @@ __all__ = [
     "check_results",
     "count_usable_rounds",
     "plot_curves",
+    "strict_json",
 ]
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+STATUSES = ("completed", "interrupted", "failed")
 ROUND_TIMING_KEYS = (
     "round",
     "wall_s",
@@ -139,12 +162,42 @@ def plot_curves(
     return True
 
 
+def strict_json(obj: Any, path: str = "") -> tuple[Any, list[str]]:
+    """Return ``obj`` with every non-finite float replaced by ``None``, and where.
+
+    JSON has no NaN or infinity (``json.dumps`` writes ``NaN``, which strict
+    parsers reject). Paths are written ``key.sub[index]``.
+
+    Examples
+    --------
+    >>> strict_json({"a": [1.0, float("nan")], "b": float("inf")})
+    ({'a': [1.0, None], 'b': None}, ['a[1]', 'b'])
+    """
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None, [path]
+    found: list[str] = []
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out[key], inner = strict_json(value, f"{path}.{key}" if path else str(key))
+            found += inner
+        return out, found
+    if isinstance(obj, list | tuple):
+        items = []
+        for index, value in enumerate(obj):
+            item, inner = strict_json(value, f"{path}[{index}]")
+            items.append(item)
+            found += inner
+        return items, found
+    return obj, found
+
+
 def check_results(obj: Any) -> list[str]:
     """Return the ways ``obj`` departs from the ``results.json`` schema (empty if none).
 
-    Checks the keys and types of schema versions 1 and 2 (the current one
-    also has the per-round timing) and that ``rounds`` holds rounds 1..R in
-    order.
+    Checks the keys and types of schema versions 1 to 3 (version 2 added
+    the per-round timing, version 3 the status, privacy and non-finite
+    entries) and that ``rounds`` holds rounds 1..R in order.
     """
     problems: list[str] = []
     if not isinstance(obj, dict):
@@ -191,6 +244,13 @@ def check_results(obj: Any) -> list[str]:
     for key in timing_keys:
         if key not in obj["timing"]:
             problems.append(f"timing.{key} missing")
+    if obj["schema_version"] >= 3:
+        if obj.get("status") not in STATUSES:
+            problems.append(f"status must be one of {list(STATUSES)}")
+        if not isinstance(obj.get("privacy"), dict):
+            problems.append("'privacy' must be an object")
+        if not isinstance(obj.get("non_finite"), list):
+            problems.append("'non_finite' must be a list")
     if obj["schema_version"] >= 2 and isinstance(obj["timing"].get("rounds"), list):
         per_round = obj["timing"]["rounds"]
         if any(set(ROUND_TIMING_KEYS) - set(row) for row in per_round):

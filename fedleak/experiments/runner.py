@@ -14,6 +14,7 @@ engine's polling delays (:mod:`fedleak.experiments.engine`).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import warnings
@@ -33,11 +34,13 @@ from fedleak.clients.defenses import defended_behaviour
 from fedleak.clients.membership import membership_behaviour
 from fedleak.clients.property import property_behaviour
 from fedleak.clients.secagg import make_secagg_mod
-from fedleak.errors import FedleakError
+from fedleak.errors import ConfigError, FedleakError
 from fedleak.task import TaskSpec, training_pool
 
-from .config import ExperimentConfig
+from .checkpoint import Checkpoint, ClientStates, load_checkpoint
+from .config import ExperimentConfig, load_config
 from .engine import fast_engine, simulation_backend_config, timing_mod
+from .lifecycle import RunControl, check_cpus, check_ray_address
 from .server import (
     RoundCallback,
     RunRecorder,
@@ -49,11 +52,13 @@ from .server import (
 
 __all__ = [
     "RunOutcome",
+    "check_ray",
     "client_behaviour",
     "experiment_client_app",
     "make_experiment_client_app",
     "preflight",
     "quiet_flower",
+    "resume_experiment",
     "run_experiment",
     "simulate",
 ]
@@ -136,6 +141,25 @@ class _DropDeprecation(logging.Filter):
         return not any(text in message for text in self.noise)
 
 
+class _OneLineClientErrors(logging.Filter):
+    """Shorten a ClientApp's exception to one line (its full traceback with ``-v``).
+
+    Flower's simulation logs each client exception twice at ERROR level: the
+    exception (whose text holds Ray's remote traceback) and the local
+    traceback, about 160 lines per crash.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, BaseException):
+            lines = [line for line in str(record.msg).splitlines() if line.strip()]
+            cause = lines[-1].strip() if lines else type(record.msg).__name__
+            record.msg = f"a client failed: {cause}"
+            record.args = ()
+            return True
+        message = record.getMessage()
+        return not message.startswith("Traceback (most recent call last)")
+
+
 @contextmanager
 def quiet_flower(verbose: bool) -> Iterator[None]:
     """Silence Flower's INFO chatter and Ray's start-up noise unless ``verbose``."""
@@ -144,9 +168,11 @@ def quiet_flower(verbose: bool) -> Iterator[None]:
     logger = logging.getLogger("flwr")
     old_level = logger.level
     drop = _DropDeprecation()
+    shorten = _OneLineClientErrors()
     if not verbose:
         logger.setLevel(logging.WARNING)
         logger.addFilter(drop)
+        logger.addFilter(shorten)
     try:
         with warnings.catch_warnings():
             if not verbose:
@@ -156,6 +182,7 @@ def quiet_flower(verbose: bool) -> Iterator[None]:
     finally:
         logger.setLevel(old_level)
         logger.removeFilter(drop)
+        logger.removeFilter(shorten)
 
 
 def simulate(
@@ -164,22 +191,30 @@ def simulate(
     *,
     ray_address: str | None = None,
     verbose: bool = False,
+    control: RunControl | None = None,
+    resume: Checkpoint | None = None,
 ) -> Result:
     """Run the experiment as a Flower simulation and return Flower's ``Result``.
 
     Flower's ``run_simulation`` on its Ray backend runs it; with
     ``[federation] engine = "fedleak"`` inside
     :func:`~fedleak.experiments.engine.fast_engine`, which removes the
-    engine's 0.1 s polling steps.
+    engine's 0.1 s polling steps. With ``control`` the run stops between
+    rounds when asked (and Ray's own SIGTERM handler, which exits the
+    process mid-round, is kept out); ``resume`` goes on from a checkpoint,
+    clients' states included.
     """
     from flwr.simulation import run_simulation
 
     outcome: dict[str, Result] = {}
     server_app = ServerApp()
+    clients = ClientStates(resume.clients if resume is not None else None)
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        outcome["result"] = run_federation(grid, config, recorder)
+        outcome["result"] = run_federation(
+            grid, config, recorder, control=control, clients=clients, resume=resume
+        )
 
     federation = config.federation
     fast = federation.engine == "fedleak"
@@ -192,7 +227,10 @@ def simulate(
     engine: AbstractContextManager[bool] = (
         fast_engine(federation.poll_interval) if fast else nullcontext(False)
     )
-    with quiet_flower(verbose), engine:
+    signals: AbstractContextManager[None] = (
+        _keep_ray_off_sigterm() if control is not None else nullcontext()
+    )
+    with quiet_flower(verbose), engine, signals, _client_states(clients):
         run_simulation(
             server_app=server_app,
             client_app=make_experiment_client_app(),
@@ -205,6 +243,65 @@ def simulate(
     return outcome["result"]
 
 
+@contextmanager
+def _client_states(clients: ClientStates) -> Iterator[None]:
+    """Hand the simulation's per-node Context stores to ``clients``.
+
+    Flower 1.41 creates them in ``vce_api._register_node_info_stores`` (called
+    once per simulation, before any message); the wrapper passes its result
+    on. Where the function is missing (another Flower) runs still work, but
+    checkpoints carry no client state.
+    """
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = getattr(vce_api, "_register_node_info_stores", None)
+    if original is None:  # pragma: no cover - another Flower version
+        yield
+        return
+
+    @functools.wraps(original)
+    def register(*args: Any, **kwargs: Any) -> Any:
+        stores = original(*args, **kwargs)
+        clients.attach(stores)
+        return stores
+
+    vce_api._register_node_info_stores = register
+    try:
+        yield
+    finally:
+        vce_api._register_node_info_stores = original
+
+
+@contextmanager
+def _keep_ray_off_sigterm() -> Iterator[None]:
+    """Stop ``ray.init`` from replacing the run's SIGTERM handler.
+
+    ``ray.init`` installs ``sys.exit`` as the driver's SIGTERM handler, which
+    ends the process in the middle of a round (Ray's actors die under the
+    ServerApp and nothing is written); fedleak's handler stops after the
+    round instead.
+    """
+    import ray._private.utils as ray_utils
+
+    original = ray_utils.set_sigterm_handler
+
+    def keep(handler: Any) -> None:
+        return None
+
+    ray_utils.set_sigterm_handler = keep
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+def check_ray(config: ExperimentConfig, ray_address: str | None = None) -> None:
+    """Refuse an unreachable Ray cluster or more CPUs per client than Ray has."""
+    address = ray_address or config.federation.ray_address
+    check_ray_address(address)
+    check_cpus(config.federation.cpus_per_client, address)
+
+
 def run_experiment(
     config: ExperimentConfig,
     *,
@@ -213,6 +310,7 @@ def run_experiment(
     ray_address: str | None = None,
     verbose: bool = False,
     on_round: RoundCallback | None = None,
+    control: RunControl | None = None,
 ) -> RunOutcome:
     """Validate, simulate and record one experiment.
 
@@ -230,15 +328,111 @@ def run_experiment(
         Show Flower's and Ray's logs.
     on_round : callable, optional
         ``on_round(round, row)`` after every round (progress display).
+    control : RunControl, optional
+        Stop requests (``fedleak run`` sets one from SIGINT and SIGTERM).
 
     Returns
     -------
     RunOutcome
-        The run directory and the content of its ``results.json``.
+        The run directory and the content of its ``results.json``, whose
+        ``status`` says whether the run completed or was interrupted. A run
+        that fails still writes ``results.json`` (``"failed"``) and the model
+        of its last completed round before the error propagates.
     """
     preflight(config)
+    check_ray(config, ray_address)
     run_dir = make_run_dir(config, out, base)
     write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir, on_round)
-    result = simulate(config, recorder, ray_address=ray_address, verbose=verbose)
+    return _simulate_and_finish(
+        config, recorder, ray_address=ray_address, verbose=verbose, control=control
+    )
+
+
+def resume_experiment(
+    run_dir: str | Path,
+    *,
+    ray_address: str | None = None,
+    verbose: bool = False,
+    on_round: RoundCallback | None = None,
+    control: RunControl | None = None,
+) -> RunOutcome:
+    """Go on with an interrupted run from its last checkpoint, in its directory.
+
+    The experiment is the run's own ``config.toml``; the rounds after the
+    checkpoint are run again, so the run's files end as an uninterrupted
+    run's would (same models and metrics; ``timing`` covers this session).
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        If ``run_dir`` is not a run directory, has no checkpoint, or its run
+        already completed.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.toml").is_file():
+        raise ConfigError(
+            f"--resume {run_dir}: no config.toml there; give the folder of a run "
+            "fedleak run wrote"
+        )
+    config = load_config(run_dir / "config.toml")
+    previous = run_dir / "results.json"
+    if previous.is_file():
+        try:
+            status = json.loads(previous.read_text(encoding="utf-8")).get("status")
+        except (json.JSONDecodeError, AttributeError):
+            status = None
+        if status == "completed":
+            raise ConfigError(
+                f"--resume {run_dir}: that run completed all its rounds; nothing "
+                "to resume"
+            )
+    checkpoint = load_checkpoint(run_dir)
+    if checkpoint.round >= config.rounds:
+        raise ConfigError(
+            f"--resume {run_dir}: the checkpoint is after the last round "
+            f"({config.rounds}); nothing to resume"
+        )
+    preflight(config)
+    check_ray(config, ray_address)
+    recorder = RunRecorder(config, run_dir, on_round)
+    return _simulate_and_finish(
+        config,
+        recorder,
+        ray_address=ray_address,
+        verbose=verbose,
+        control=control,
+        resume=checkpoint,
+    )
+
+
+def _simulate_and_finish(
+    config: ExperimentConfig,
+    recorder: RunRecorder,
+    *,
+    ray_address: str | None,
+    verbose: bool,
+    control: RunControl | None,
+    resume: Checkpoint | None = None,
+) -> RunOutcome:
+    run_dir = recorder.run_dir
+    assert run_dir is not None
+    try:
+        result = simulate(
+            config,
+            recorder,
+            ray_address=ray_address,
+            verbose=verbose,
+            control=control,
+            resume=resume,
+        )
+    except BaseException:
+        partial = Result()
+        if recorder.arrays is not None:
+            partial.arrays = recorder.arrays
+        try:
+            finish_run(run_dir, config, partial, recorder, status="failed")
+        except Exception:  # the original error matters more
+            logging.getLogger(__name__).exception("could not write results.json")
+        raise
     return RunOutcome(run_dir, finish_run(run_dir, config, result, recorder))

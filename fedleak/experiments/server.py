@@ -2,26 +2,32 @@
 
 :func:`run_federation` builds the configured strategy (optionally inside one
 of Flower's central-DP wrappers), the seeded initial model and the server-side
-evaluation, and drives ``Strategy.start`` on the given Grid while a
-:class:`RunRecorder` times the rounds and appends them to ``rounds.jsonl``.
+evaluation, and runs the rounds on the given Grid while a :class:`RunRecorder`
+times them and appends them to ``rounds.jsonl``. The round loop is
+``Strategy.start``'s (train exchange, aggregation, evaluate exchange, server
+evaluation), run here so that a run can stop between rounds
+(:class:`~fedleak.experiments.lifecycle.RunControl`), write checkpoints
+(:mod:`~fedleak.experiments.checkpoint`) and resume from one.
 :func:`finish_run` turns the outcome into ``results.json`` and ``curves.png``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tomli_w
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping,
@@ -37,11 +43,21 @@ from fedleak.files import append_jsonl, write_atomic, write_json_atomic
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
 from fedleak.training import arrays_from_records, evaluate, set_arrays, torch_threads
 
+from .checkpoint import (
+    Checkpoint,
+    ClientStates,
+    numpy_state_from_json,
+    restore_strategy_state,
+    save_checkpoint,
+    strategy_state,
+)
 from .config import ExperimentConfig
 from .engine import FLOWER_POLL_INTERVAL, EngineGrid, engine_active
-from .results import SCHEMA_VERSION, plot_curves
+from .lifecycle import RunControl, RunStopped
+from .results import SCHEMA_VERSION, plot_curves, strict_json
 
 __all__ = [
+    "NoiseStream",
     "RunRecorder",
     "build_strategy",
     "finish_run",
@@ -169,6 +185,44 @@ class RunRecorder:
         self.started = time.perf_counter()
         self._model: torch.nn.Module | None = None
         self._test: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.status = "running"
+        self.arrays: ArrayRecord | None = None
+        self.completed_round = 0
+        self.resumed_from: int | None = None
+        self.noise: dict[str, Any] = {}
+
+    def resume(self, checkpoint_round: int) -> None:
+        """Go on after ``checkpoint_round``: keep the rows up to it, drop later ones.
+
+        Rows of ``rounds.jsonl`` after the checkpoint (rounds finished after it
+        and lost with the run) are removed from the file, so it lists every
+        round once.
+        """
+        self.resumed_from = checkpoint_round
+        self.completed_round = checkpoint_round
+        if self.run_dir is None:
+            return
+        path = self.run_dir / "rounds.jsonl"
+        kept: list[str] = []
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a kill
+                    continue
+                if not isinstance(row, dict) or row.get("round", -1) > checkpoint_round:
+                    continue
+                kept.append(line)
+                self.rows[int(row["round"])] = row
+                if isinstance(row.get("timing"), dict):
+                    self.timings[int(row["round"])] = row["timing"]
+        text = "".join(line + "\n" for line in kept)
+
+        def write(tmp: Path) -> None:
+            tmp.write_text(text, encoding="utf-8")
+
+        write_atomic(path, write)
+        self._last_mark = time.perf_counter()
 
     def attach(self, grid: EngineGrid, engine: str) -> None:
         """Take each round's message exchanges from ``grid`` (run by ``engine``)."""
@@ -228,6 +282,7 @@ class RunRecorder:
     ) -> MetricRecord | None:
         """Record and evaluate one round (the hook of ``Strategy.start``)."""
         entered = time.perf_counter()
+        self.arrays = arrays
         metrics = self.server_metrics(arrays) if self.config.evaluation.server else {}
         evaluated = time.perf_counter()
         row: dict[str, Any] = {"round": server_round, "server": metrics}
@@ -243,65 +298,296 @@ class RunRecorder:
         return MetricRecord(metrics) if metrics else None
 
 
+class NoiseStream:
+    """The generator Flower's DP wrappers draw their noise from, for one run.
+
+    Flower's ``DifferentialPrivacyServerSide*`` wrappers add Gaussian noise
+    with NumPy's global generator (seeded from OS entropy when NumPy is
+    imported). By default fedleak leaves it alone: the noise cannot be
+    recomputed from the experiment's seed. With ``[privacy] noise_seed`` (not
+    private: anyone who knows the seed can subtract the noise) the strategy's
+    calls run with the global generator swapped for a stream seeded from
+    ``noise_seed`` and swapped back after, so figures can be reproduced and
+    nothing else in the process sees a seeded global generator.
+
+    Parameters
+    ----------
+    seed : int or None
+        ``[privacy] noise_seed``; None draws from the OS-seeded generator.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.state: tuple[Any, ...] | None = None
+        if seed is not None:
+            stream = np.random.RandomState(
+                np.random.MT19937(np.random.SeedSequence([seed, 0xD1F]))
+            )
+            self.state = cast(tuple[Any, ...], stream.get_state(legacy=True))
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether the noise is a function of :attr:`seed`."""
+        return self.seed is not None
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Run the block with the seeded stream as NumPy's global generator."""
+        if self.state is None:
+            yield
+            return
+        saved = np.random.get_state()  # noqa: NPY002 - Flower's DP draws from it
+        np.random.set_state(self.state)  # noqa: NPY002
+        try:
+            yield
+        finally:
+            self.state = cast(
+                tuple[Any, ...],
+                np.random.get_state(legacy=True),  # noqa: NPY002
+            )
+            np.random.set_state(saved)  # noqa: NPY002
+
+    def to_json(self) -> dict[str, Any] | None:
+        """Return the stream's state for a checkpoint (None without a noise seed)."""
+        if self.state is None:
+            return None
+        kind, keys, pos, has_gauss, gauss = self.state
+        return {
+            "kind": kind,
+            "keys": [int(k) for k in keys],
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        }
+
+    def load(self, state: dict[str, Any] | None) -> None:
+        """Restore a state :meth:`to_json` wrote."""
+        if state is not None and self.state is not None:
+            self.state = numpy_state_from_json(state)
+
+
+class _StoppableGrid(EngineGrid):
+    """An :class:`EngineGrid` whose waiting gives up once a stop is overdue."""
+
+    def __init__(self, grid: Grid, poll_interval: float, control: RunControl) -> None:
+        super().__init__(grid, poll_interval)
+        self.control = control
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Pull replies; raise :class:`RunStopped` when the stop's grace is over."""
+        if self.control.abort_due():
+            raise RunStopped
+        return super().pull_messages(message_ids)
+
+
+def _due(server_round: int, config: ExperimentConfig) -> bool:
+    every = config.federation.checkpoint_every
+    return server_round == config.rounds or (every > 0 and server_round % every == 0)
+
+
 def run_federation(
-    grid: Grid, config: ExperimentConfig, recorder: RunRecorder
+    grid: Grid,
+    config: ExperimentConfig,
+    recorder: RunRecorder,
+    *,
+    control: RunControl | None = None,
+    clients: ClientStates | None = None,
+    resume: Checkpoint | None = None,
 ) -> Result:
     """Run the experiment's strategy on ``grid`` (the body of the ServerApp).
 
     The strategy sees ``grid`` through an
     :class:`~fedleak.experiments.engine.EngineGrid` (``[federation] engine``
     and ``poll_interval``), which the recorder reads the round timing from;
-    torch runs on ``[federation] server_threads`` threads meanwhile.
-    Flower's DP wrappers draw their noise from NumPy's global RNG; it is
-    seeded here with the run seed so DP runs are reproducible too.
+    torch runs on ``[federation] server_threads`` threads meanwhile. Rounds
+    follow ``Strategy.start`` (Flower 1.41) step by step.
+
+    Parameters
+    ----------
+    grid, config, recorder
+        The ServerApp's Grid, the experiment and its recorder.
+    control : RunControl, optional
+        Stop requests: the loop ends after the round in progress (or abandons
+        it once the grace is over) and ``recorder.status`` becomes
+        ``"interrupted"``.
+    clients : ClientStates, optional
+        The simulated clients' states, saved in checkpoints.
+    resume : Checkpoint, optional
+        Go on after ``resume.round`` from this checkpoint.
+
+    Notes
+    -----
+    DP noise of Flower's wrappers comes from NumPy's OS-seeded global
+    generator unless ``[privacy] noise_seed`` is set (:class:`NoiseStream`);
+    fedleak never seeds the global generator itself.
     """
-    np.random.seed(config.seed % 2**32)  # noqa: NPY002 - Flower DP draws from it
     strategy = build_strategy(config)
+    noise = NoiseStream(config.privacy.noise_seed)
+    recorder.noise = {
+        "source": "noise_seed" if noise.reproducible else "os-entropy",
+        "reproducible": noise.reproducible,
+    }
     federation = config.federation
     poll = (
         federation.poll_interval
         if federation.engine == "fedleak"
         else FLOWER_POLL_INTERVAL
     )
-    engine_grid = grid if isinstance(grid, EngineGrid) else EngineGrid(grid, poll)
+    engine_grid: EngineGrid
+    if isinstance(grid, EngineGrid):
+        engine_grid = grid
+    elif control is not None:
+        engine_grid = _StoppableGrid(grid, poll, control)
+    else:
+        engine_grid = EngineGrid(grid, poll)
     recorder.attach(engine_grid, federation.engine)
     run_dir = "" if recorder.run_dir is None else str(recorder.run_dir.resolve())
     train_config = ConfigRecord(
         {**config.task().to_config(), **config.client_config(run_dir)}
     )
-    with torch_threads(federation.server_threads):
-        return strategy.start(
-            grid=engine_grid,
-            initial_arrays=initial_arrays(config),
-            num_rounds=config.rounds,
-            timeout=federation.round_timeout,
-            train_config=train_config,
-            evaluate_config=ConfigRecord(config.task().to_config()),
-            evaluate_fn=recorder.evaluate_fn,
+    evaluate_config = ConfigRecord(config.task().to_config())
+    result = Result()
+    first = 1
+    if resume is not None:
+        arrays = resume.array_record()
+        first = resume.round + 1
+        restore_strategy_state(strategy, resume.strategy)
+        noise.load(resume.noise_state)
+        result.train_metrics_clientapp.update(
+            {r: MetricRecord(m) for r, m in resume.train_metrics.items()}
         )
+        result.evaluate_metrics_clientapp.update(
+            {r: MetricRecord(m) for r, m in resume.evaluate_metrics.items()}
+        )
+        recorder.resume(resume.round)
+    else:
+        arrays = initial_arrays(config)
+    saved_round = first - 1
+    timeout = federation.round_timeout
+
+    def snapshot(
+        server_round: int, model: ArrayRecord
+    ) -> tuple[Checkpoint, ArrayRecord]:
+        checkpoint = Checkpoint(
+            round=server_round,
+            arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
+            train_metrics={
+                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
+            },
+            evaluate_metrics={
+                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
+            },
+            strategy=strategy_state(strategy),
+            noise_state=noise.to_json(),
+            clients=clients.snapshot() if clients is not None else {},
+        )
+        return checkpoint, model
+
+    def write(pending_pair: tuple[Checkpoint, ArrayRecord]) -> None:
+        checkpoint, model = pending_pair
+        if recorder.run_dir is None:
+            return
+        checkpoint.arrays = {k: v.numpy() for k, v in model.items()}
+        save_checkpoint(recorder.run_dir, checkpoint)
+
+    pending_pair: tuple[Checkpoint, ArrayRecord] | None = None
+    with torch_threads(federation.server_threads):
+        try:
+            if first == 1:
+                recorder.evaluate_fn(0, arrays)
+            for server_round in range(first, config.rounds + 1):
+                if control is not None and control.requested:
+                    break
+                model = arrays
+                with noise.active():
+                    messages = strategy.configure_train(
+                        server_round, model, train_config, engine_grid
+                    )
+                replies = engine_grid.send_and_receive(messages, timeout=timeout)
+                with noise.active():
+                    new_arrays, train_metrics = strategy.aggregate_train(
+                        server_round, replies
+                    )
+                if new_arrays is not None:
+                    model = new_arrays
+                replies = engine_grid.send_and_receive(
+                    strategy.configure_evaluate(
+                        server_round, model, evaluate_config, engine_grid
+                    ),
+                    timeout=timeout,
+                )
+                evaluate_metrics = strategy.aggregate_evaluate(server_round, replies)
+                if train_metrics is not None:
+                    result.train_metrics_clientapp[server_round] = train_metrics
+                if evaluate_metrics is not None:
+                    result.evaluate_metrics_clientapp[server_round] = evaluate_metrics
+                recorder.evaluate_fn(server_round, model)
+                arrays = model
+                recorder.completed_round = server_round
+                pending_pair = snapshot(server_round, model)
+                if _due(server_round, config):
+                    write(pending_pair)
+                    saved_round = server_round
+        except RunStopped:
+            pass  # the round in progress is abandoned; its rows were not written
+    stopped = recorder.completed_round < config.rounds
+    if stopped and pending_pair is not None and saved_round < recorder.completed_round:
+        write(pending_pair)
+    recorder.status = "interrupted" if stopped else "completed"
+    result.arrays = arrays
+    return result
 
 
 def make_run_dir(
     config: ExperimentConfig, out: str | Path | None, base: str | Path = "runs"
 ) -> Path:
-    """Create the run directory: ``out`` or ``<base>/<name>/<timestamp>``."""
+    """Create the run directory: ``out`` or ``<base>/<name>/<timestamp>``.
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        If ``out`` already holds a run (use ``fedleak run --resume``), is a
+        file, lies below a file, or cannot be created or written.
+    """
     if out is not None:
         path = Path(out)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                f"run folder {path} (--out): a file, not a folder; choose a folder"
+            )
         if any((path / name).exists() for name in ("results.json", "rounds.jsonl")):
             raise ConfigError(
                 f"{path} already holds a run (results.json or rounds.jsonl); "
-                "choose another --out folder so nothing is overwritten"
+                "choose another --out folder so nothing is overwritten, or go on "
+                f"with fedleak run --resume {path}"
             )
     else:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = Path(base) / config.name / stamp
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".fedleak-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        if isinstance(err, FileExistsError | NotADirectoryError):
+            reason = "a part of the path is a file, not a folder"
+        raise ConfigError(
+            f"run folder {path} (--out): cannot create it ({reason})"
+        ) from None
     return path
 
 
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def write_config(path: Path, config: ExperimentConfig) -> None:
-    """Write the resolved experiment as TOML, atomically."""
-    text = tomli_w.dumps(config.model_dump(mode="json"))
+    """Write the resolved experiment as TOML, atomically (unset keys left out)."""
+    text = tomli_w.dumps(_without_none(config.model_dump(mode="json")))
 
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
@@ -337,11 +623,23 @@ def timing_summary(recorder: RunRecorder) -> dict[str, Any]:
 
 
 def finish_run(
-    run_dir: Path, config: ExperimentConfig, result: Result, recorder: RunRecorder
+    run_dir: Path,
+    config: ExperimentConfig,
+    result: Result,
+    recorder: RunRecorder,
+    status: str | None = None,
 ) -> dict[str, Any]:
-    """Write ``results.json`` and ``curves.png``; return the results dict."""
+    """Write ``model.npz``, ``results.json`` and ``curves.png``; return the results.
+
+    ``results.json`` covers the rounds completed (all of them unless the run
+    was interrupted) and is strict JSON: a non-finite number becomes
+    ``null`` and its place is listed under ``"non_finite"``
+    (:func:`~fedleak.experiments.results.strict_json`). ``status``
+    overrides ``recorder.status`` (``"completed"``, ``"interrupted"`` or
+    ``"failed"``).
+    """
     rounds = []
-    for r in range(1, config.rounds + 1):
+    for r in range(1, recorder.completed_round + 1):
         row = dict(recorder.rows.get(r, {"round": r, "server": {}}))
         row["train"] = _plain(result.train_metrics_clientapp.get(r))
         row["evaluate"] = _plain(result.evaluate_metrics_clientapp.get(r))
@@ -351,6 +649,9 @@ def finish_run(
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "name": config.name,
+        "status": status or recorder.status,
+        "completed_rounds": recorder.completed_round,
+        "resumed_from": recorder.resumed_from,
         "seed": config.seed,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "versions": {
@@ -360,7 +661,12 @@ def finish_run(
             "numpy": np.__version__,
         },
         "config": config.model_dump(mode="json"),
-        "final": {"round": config.rounds, **last},
+        "privacy": {
+            "noise": recorder.noise.get("source", "os-entropy"),
+            "noise_reproducible": bool(recorder.noise.get("reproducible", False)),
+            "noise_seed": config.privacy.noise_seed,
+        },
+        "final": {"round": recorder.completed_round, **last},
         "rounds": rounds,
         "timing": timing_summary(recorder),
     }
@@ -373,6 +679,8 @@ def finish_run(
                 savez(handle, **arrays)
 
         write_atomic(run_dir / "model.npz", save_model)
+    results, non_finite = strict_json(results)
+    results["non_finite"] = non_finite
     write_json_atomic(run_dir / "results.json", results)
     plot_curves(
         rounds, run_dir / "curves.png", f"{config.name} ({config.strategy.name})"

@@ -1,0 +1,195 @@
+"""How a run ends: stop requests, signals, Ray's processes and start-up checks.
+
+``fedleak run`` turns SIGINT (Ctrl-C) and SIGTERM into a stop request
+(:class:`RunControl`) instead of an exception in whatever thread happens to
+run: the server loop (:func:`fedleak.experiments.server.run_federation`)
+finishes the round in progress, records it, and returns, so Flower's
+simulation shuts its Ray actors and Ray down the normal way and the run
+directory gets ``model.npz`` and ``results.json`` with ``"status":
+"interrupted"``. A round that has not finished :attr:`RunControl.grace_s`
+seconds after the request (its clients were killed too, or it is long) is
+abandoned: the run keeps the model of the last completed round. A second
+signal abandons the round at once.
+
+:func:`start_reaper` guards against the ends no handler sees (SIGKILL, a
+crash of the interpreter): a small watcher process stops every process the
+run started once the run's process is gone. :func:`check_ray_address` and
+:func:`check_cpus` refuse settings under which Ray would retry or wait
+forever (an unreachable cluster, clients that need more CPUs than exist).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from fedleak.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "RAY_CONNECT_TIMEOUT_S",
+    "RunControl",
+    "RunStopped",
+    "check_cpus",
+    "check_ray_address",
+    "start_reaper",
+    "stop_on_signals",
+]
+
+DEFAULT_GRACE_S = 5.0
+"""Seconds a round in progress may take to finish after a stop request."""
+
+RAY_CONNECT_TIMEOUT_S = 10.0
+"""Seconds to wait for a TCP connection to an existing Ray cluster's GCS."""
+
+
+class RunStopped(Exception):
+    """Raised inside the server loop to abandon the round in progress."""
+
+
+class RunControl:
+    """A stop request for a running experiment, safe to set from a signal handler.
+
+    Parameters
+    ----------
+    grace_s : float, default=DEFAULT_GRACE_S
+        How long the round in progress may run on after :meth:`request`.
+    """
+
+    def __init__(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.signal: int | None = None
+        self._requested = threading.Event()
+        self._at = 0.0
+
+    def request(self, signum: int | None = None) -> None:
+        """Ask the run to stop after the current round (again: at once)."""
+        if self._requested.is_set():
+            self.grace_s = 0.0
+            return
+        self.signal = signum
+        self._at = time.monotonic()
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was requested."""
+        return self._requested.is_set()
+
+    def abort_due(self) -> bool:
+        """Whether the round in progress should be abandoned now."""
+        return self.requested and time.monotonic() - self._at >= self.grace_s
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's exit status for the signal (128 + number; 130 for SIGINT)."""
+        return 128 + (self.signal if self.signal is not None else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_on_signals(control: RunControl) -> Iterator[RunControl]:
+    """Turn SIGINT and SIGTERM into ``control.request`` while the block runs.
+
+    Only the main thread can install handlers; elsewhere the block runs with
+    the process's handlers unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield control
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        control.request(signum)
+
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield control
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def start_reaper() -> subprocess.Popen[bytes] | None:
+    """Start the watcher that stops this process's descendants once it is gone.
+
+    Returns the watcher (its standard input is a pipe only this process
+    holds; it ends when this process does, however it ends), or None where
+    ``/proc`` is missing (not Linux).
+    """
+    if not Path("/proc/self/stat").exists():
+        return None
+    script = Path(__file__).with_name("_reaper.py")
+    return subprocess.Popen(
+        [sys.executable, str(script), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray cluster address that does not answer within ``timeout`` s.
+
+    Ray retries an unreachable GCS for minutes; a TCP connection to the
+    address's host and port fails fast. ``"auto"`` and ``"local"`` (Ray
+    finds or starts the cluster itself) are not checked.
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        Naming the address, if it has no port or nothing listens there.
+    """
+    if address in ("", "auto", "local"):
+        return
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(
+            f"ray address {address!r}: expected host:port (or ray://host:port)"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(
+            f"ray address {address!r}: cannot connect within {timeout:g} s ({reason}); "
+            "is the Ray cluster running (ray start --head) and reachable?"
+        ) from None
+
+
+def check_cpus(cpus_per_client: float, address: str) -> None:
+    """Refuse ``cpus_per_client`` above the CPUs a local Ray instance offers.
+
+    A client that needs more CPUs than Ray has can never be placed: Flower's
+    actor pool stays empty and the run waits forever. Against an existing
+    cluster (``address``) the check is Ray's (its resources are unknown
+    before connecting).
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        Naming ``federation.cpus_per_client`` and the CPUs available.
+    """
+    if address:
+        return
+    from ray._private.utils import get_num_cpus
+
+    available = get_num_cpus()
+    if cpus_per_client > available:
+        raise ConfigError(
+            f"federation.cpus_per_client: {cpus_per_client:g} CPUs per client, but "
+            f"Ray offers {available} on this machine; no client could ever start "
+            f"(use at most {available})"
+        )
