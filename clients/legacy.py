@@ -103,8 +103,13 @@ def _new_layout(msg: Message) -> bool:
 
 
 def _add_legacy_input(msg: Message) -> None:
-    """Add the legacy ``fitins.*`` / ``evaluateins.*`` records to ``msg``."""
-    content = msg.content
+    """Add the legacy ``fitins.*`` / ``evaluateins.*`` records to ``msg``.
+
+    The content is replaced by a shallow copy first: a strategy may share one
+    RecordDict among its messages.
+    """
+    content = RecordDict(dict(msg.content.items()))
+    msg.content = content
     arrays = content.array_records[protocol.ARRAYS_KEY]
     config = content.config_records.get(protocol.CONFIG_KEY, ConfigRecord())
     # legacy configs hold scalars only (flwr.common.Scalar)
