@@ -151,7 +151,9 @@ def _numeric_metrics(
 
 def _check_status(code: Code, message: str, kind: str) -> None:
     if code != Code.OK:
-        raise ProtocolError(f"the client's {kind} returned status {code.name}: {message}")
+        raise ProtocolError(
+            f"the client's {kind} returned status {code.name}: {message}"
+        )
 
 
 def _translate_reply(msg: Message, reply: Message, context: Context) -> Message:
@@ -171,7 +173,10 @@ def _translate_reply(msg: Message, reply: Message, context: Context) -> Message:
                 "order received"
             )
         arrays = ArrayRecord(
-            {n: Array(np.ascontiguousarray(v)) for n, v in zip(names, values, strict=True)}
+            {
+                n: Array(np.ascontiguousarray(v))
+                for n, v in zip(names, values, strict=True)
+            }
         )
         metrics = _numeric_metrics(fitres.metrics, context, "fit")
         metrics[protocol.NUM_EXAMPLES] = int(fitres.num_examples)

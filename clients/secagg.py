@@ -257,7 +257,9 @@ class _Encoding:
         self.clipped = clipped
         self.largest = float(np.max(np.abs(plain))) if plain.size else 0.0
         self.kept_metrics = sorted(
-            k for k in metrics if k != protocol.NUM_EXAMPLES and k not in self.layout.metric_names
+            k
+            for k in metrics
+            if k != protocol.NUM_EXAMPLES and k not in self.layout.metric_names
         )
         raw = np.array([int(weight), clipped], dtype=np.int64).astype(self.fixed.dtype)
         assert raw.size == len(RAW_SLOTS)

@@ -46,9 +46,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.app.metadata import Metadata
 from flwr.common import log
 from flwr.common.logger import FLOWER_LOGGER
-from flwr.supercore.differential_privacy import CLIENTS_DISCREPANCY_WARNING
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import (
     Bulyan,
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -62,8 +60,10 @@ from flwr.serverapp.strategy import (
     FedXgbCyclic,
     MultiKrum,
     QFedAvg,
+    Result,
     Strategy,
 )
+from flwr.supercore.differential_privacy import CLIENTS_DISCREPANCY_WARNING
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, ProtocolError
@@ -248,7 +248,8 @@ class _Round:
 def _cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Cast a float64 aggregate to the global model's dtype (integers rounded)."""
     if np.issubdtype(dtype, np.integer):
-        return np.rint(value).astype(dtype)
+        rounded: np.ndarray = np.rint(value)
+        return rounded.astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return value.astype(dtype)
     return value.astype(np.float32)
@@ -895,8 +896,10 @@ class SecureAggregation(Strategy):
                 + ", ".join(f"{c} x{n}" for c, n in sorted(outcome.refusals.items()))
             )
         if outcome.non_uploaders:
-            parts.append(f"{len(outcome.non_uploaders)} of {len(state.sampled)} "
-                         "sampled did not upload")
+            parts.append(
+                f"{len(outcome.non_uploaders)} of {len(state.sampled)} "
+                "sampled did not upload"
+            )
         return "; ".join(parts) or "no group reached its online floor"
 
     def _check_clipping(self, server_round: int, clipped: int, state: _Round) -> None:

@@ -144,9 +144,13 @@ class SyncSGD(PartitionAwareStrategy):
         packed = None if record is None else record.get(protocol.AGGREGATE_CONTRIBUTORS)
         count = len(protocol.unpack_ids(packed)) if isinstance(packed, bytes) else 1
         names = list(arrays)
-        theta = np.concatenate(
-            [np.asarray(model[n], dtype=np.float64).ravel() for n in names]
-        ) if names else np.zeros(0)
+        theta = (
+            np.concatenate(
+                [np.asarray(model[n], dtype=np.float64).ravel() for n in names]
+            )
+            if names
+            else np.zeros(0)
+        )
         norm = float(np.linalg.norm(theta))
         if norm > 0:
             mean = np.concatenate(

@@ -24,7 +24,6 @@ from fedleak.strategies import (
 )
 from flower_fakes import LocalGrid
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Context,
@@ -63,9 +62,7 @@ def start_model() -> list[np.ndarray]:
 def expected_mean(model: list[np.ndarray], partitions) -> list[np.ndarray]:
     total = sum(sizes(p) for p in partitions)
     return [
-        sum(
-            sizes(p) * (m.astype(np.float64) + delta(p, m.shape)) for p in partitions
-        )
+        sum(sizes(p) * (m.astype(np.float64) + delta(p, m.shape)) for p in partitions)
         / total
         for m in model
     ]
@@ -80,7 +77,7 @@ class LegacyClient(NumPyClient):
 
     def fit(self, parameters, config):  # type: ignore[no-untyped-def]
         updated = [p + delta(self.partition, p.shape) for p in parameters]
-        updated = [u.astype(p.dtype) for u, p in zip(updated, parameters)]
+        updated = [u.astype(p.dtype) for u, p in zip(updated, parameters, strict=True)]
         return updated, sizes(self.partition), {"train-loss": 0.5, "tag": "x"}
 
     def evaluate(self, parameters, config):  # type: ignore[no-untyped-def]
@@ -209,11 +206,13 @@ def test_a_run_without_any_aggregate_fails_with_a_summary(caplog):
         FedAvg(min_available_nodes=3, min_train_nodes=3, fraction_evaluate=0.0),
         node_wait_timeout=0.2,
     )
-    with caplog.at_level(logging.ERROR, logger="flwr"):
-        with pytest.raises(ProtocolError, match="none of the 2 round"):
-            strategy.start(
-                grid=grid, initial_arrays=ArrayRecord([np.ones((1, 1))]), num_rounds=2
-            )
+    with (
+        caplog.at_level(logging.ERROR, logger="flwr"),
+        pytest.raises(ProtocolError, match="none of the 2 round"),
+    ):
+        strategy.start(
+            grid=grid, initial_arrays=ArrayRecord([np.ones((1, 1))]), num_rounds=2
+        )
     assert "did not upload" in caplog.text
 
 
@@ -226,7 +225,9 @@ def test_float64_models_come_back_float64_within_the_stated_bound():
     (got,) = result.arrays.to_numpy_ndarrays()
     assert got.dtype == np.float64
     want = 1.0 + 3 * np.mean([0.1 * (1 + p) / 5 for p in NODES.values()])
-    bound = sum(m["secagg-error-bound"] for m in result.train_metrics_clientapp.values())
+    bound = sum(
+        m["secagg-error-bound"] for m in result.train_metrics_clientapp.values()
+    )
     assert 0 < bound < 1e-4
     assert np.max(np.abs(got - want)) <= bound
 
@@ -243,7 +244,9 @@ def test_clipping_warns_once_with_the_count_and_the_clients_largest_value(caplog
     # round 1: 2..6 (mean 4); round 2: 5..9, only partition 4 clips (9);
     # round 3: from the mean 6.8 of (5, 6, 7, 8, 8): 7.8..11.8, four clip
     assert "round 2: 1 value(s)" in server[0].getMessage()
-    clients = [r.getMessage() for r in caplog.records if "largest |value|" in r.getMessage()]
+    clients = [
+        r.getMessage() for r in caplog.records if "largest |value|" in r.getMessage()
+    ]
     assert len(clients) == 4  # once per clipping node, never again
     assert "largest |value| 9)" in clients[0]
     assert result.train_metrics_clientapp[2]["secagg-clipped"] == 1
@@ -265,7 +268,11 @@ def test_metrics_left_out_of_the_aggregate_are_named_once_per_node(caplog):
         quickstart_strategy().start(
             grid=grid, initial_arrays=ArrayRecord([np.ones((1, 1))]), num_rounds=2
         )
-    named = [r for r in caplog.records if "['random_metric'] are not aggregated" in r.getMessage()]
+    named = [
+        r
+        for r in caplog.records
+        if "['random_metric'] are not aggregated" in r.getMessage()
+    ]
     assert len(named) == len(NODES)
 
 
@@ -273,7 +280,9 @@ def test_metrics_left_out_of_the_aggregate_are_named_once_per_node(caplog):
 def test_the_legacy_fedavg_names_the_message_api_import():
     from flwr.server.strategy import FedAvg as LegacyFedAvg
 
-    with pytest.raises(ConfigError, match="from flwr.serverapp.strategy import FedAvg"):
+    with pytest.raises(
+        ConfigError, match=r"from flwr\.serverapp\.strategy import FedAvg"
+    ):
         SecureAggregation(LegacyFedAvg())
 
 
@@ -288,7 +297,7 @@ def test_flowers_own_secagg_mod_by_mistake_names_fedleaks():
 
     grid = LocalGrid(app, NODES)
     strategy = quickstart_strategy()
-    with pytest.raises(ConfigError, match="from fedleak.clients import secagg_mod"):
+    with pytest.raises(ConfigError, match=r"from fedleak\.clients import secagg_mod"):
         strategy.configure_train(1, ArrayRecord([np.ones(2)]), ConfigRecord(), grid)
 
 
@@ -357,7 +366,9 @@ def test_plain_flower_app_gets_one_identify_query_and_one_warning(caplog):
             num_rounds=2,
         )
     queries = [
-        m for m in grid.sent if m.metadata.message_type == protocol.IDENTIFY_MESSAGE_TYPE
+        m
+        for m in grid.sent
+        if m.metadata.message_type == protocol.IDENTIFY_MESSAGE_TYPE
     ]
     assert len(queries) == 1  # one node probed, the others never asked
     warnings = [r for r in caplog.records if "has no handler" in r.getMessage()]
@@ -405,7 +416,9 @@ def test_the_server_logs_the_clients_failure_reason(caplog):
             )
         )
         strategy.aggregate_train(1, grid.send_and_receive(messages))
-    failed = [r.getMessage() for r in caplog.records if "failed its upload" in r.getMessage()]
+    failed = [
+        r.getMessage() for r in caplog.records if "failed its upload" in r.getMessage()
+    ]
     assert len(failed) == 4  # partitions 1-4 have more than 25 examples
     assert all("exceeds the server's max_weight=25" in f for f in failed)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from fedleak.clients import add_identify_handler, secagg_mod
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedleak.clients import add_identify_handler, secagg_mod
 from fedleak_msg_example.task import accuracy, load_partition, train
 
 app = ClientApp(mods=[secagg_mod])

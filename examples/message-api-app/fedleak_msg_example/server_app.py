@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from fedleak.strategies import SecureAggregation
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Result
 
-from fedleak.strategies import SecureAggregation
 from fedleak_msg_example.task import initial_model
 
 app = ServerApp()

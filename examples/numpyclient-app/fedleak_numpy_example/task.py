@@ -8,7 +8,9 @@ from sklearn.datasets import load_digits
 NUM_CLASSES = 10
 
 
-def load_partition(partition_id: int, num_partitions: int) -> tuple[np.ndarray, np.ndarray]:
+def load_partition(
+    partition_id: int, num_partitions: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every ``num_partitions``-th digit, starting at ``partition_id``."""
     x, y = load_digits(return_X_y=True)
     x = x / 16.0
@@ -28,7 +30,13 @@ def _probabilities(model: list[np.ndarray], x: np.ndarray) -> np.ndarray:
 
 
 def train(
-    model: list[np.ndarray], x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float, seed: int
+    model: list[np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    lr: float,
+    seed: int,
 ) -> tuple[list[np.ndarray], float]:
     """Mini-batch SGD on the cross-entropy; returns the model and the last loss."""
     w, b = (m.copy() for m in model)
