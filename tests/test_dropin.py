@@ -446,3 +446,18 @@ def test_a_dead_node_can_let_the_round_proceed_with_the_survivors():
     want = 1.0 + np.mean([0.1 * (1 + p) / 5 for p in NODES.values()])
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert (inner.min_available_nodes, inner.min_train_nodes) == (6, 6)  # restored
+
+
+# ---------------------------------------------------------------- flwr run app
+def test_experiment_files_are_found_in_the_app_bundle_first(tmp_path, monkeypatch):
+    from fedleak.experiments.flower_app import resolve_config_path
+
+    bundle = tmp_path / "bundle"
+    (bundle / "mine").mkdir(parents=True)
+    (bundle / "mine" / "exp.toml").write_text("# user's own experiment\n")
+    monkeypatch.chdir(tmp_path)  # the server's working directory is elsewhere
+    assert resolve_config_path("mine/exp.toml", bundle) == bundle / "mine" / "exp.toml"
+    with pytest.raises(ConfigError, match="app bundle"):
+        resolve_config_path("mine/other.toml", bundle)
+    # fedleak's bundled files are still found by name
+    assert resolve_config_path("quickstart.toml", bundle).name == "quickstart.toml"
