@@ -7,6 +7,8 @@ What is here:
 
 - the honest client (:class:`HonestClient`, :func:`make_honest_client_app`)
   and the secure-aggregation client mod (:func:`secagg_mod`);
+- :func:`legacy_client_mod`, which lets Flower's ``NumPyClient`` / ``Client``
+  apps answer Message-API strategies (``secagg_mod`` includes it);
 - the property-inference adversaries of seed 000 Ch. 7.1.4-7.1.5
   (:class:`PassivePropertyAdversary`, :class:`ActivePropertyAdversary`) and
   the scripted target (:class:`PropertyTarget`), picked per node by
@@ -29,6 +31,7 @@ from .honest import (
     make_honest_client_app,
     partition_id_of,
 )
+from .legacy import legacy_client_mod
 from .secagg import secagg_mod
 
 #: The honest ClientApp, ready for fedleak's strategies with or without secure
@@ -58,6 +61,7 @@ __all__ = [
     "add_identify_handler",
     "app",
     "defended_behaviour",
+    "legacy_client_mod",
     "make_honest_client_app",
     "membership_behaviour",
     "partition_id_of",

@@ -21,6 +21,16 @@ pass through untouched.
 - ``unmask``: the shares for online peers and the masks shared with dropped
   ones (never both for one peer, once per round).
 
+Flower's legacy apps (``ClientApp(client_fn=...)`` around a ``NumPyClient`` or
+``Client``) take part unchanged: every ``train`` and ``evaluate`` message is
+passed on in the layout the app reads (:mod:`fedleak.clients.legacy`), and
+the mod answers fedleak's identify query for them from ``node_config``.
+
+Once per node the mod warns when values were clipped to ``[-clip, clip]``
+(with the count and this client's largest value, which stays in its log) and
+names the train metrics that are not aggregated (not in the server's
+``metric_names``).
+
 The client's guards (:class:`~fedleak.secagg.client.ClientGuards`: floors on
 group size and online members, default 3; thesis mode opt-in) are a setting
 of the mod, :func:`make_secagg_mod`; no message can lower them.
@@ -41,10 +51,12 @@ deployment engine runs one message per node at a time.
 from __future__ import annotations
 
 from collections.abc import Callable
+from logging import WARNING
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp.typing import ClientAppCallable, Mod
+from flwr.common import log
 
 from fedleak import protocol
 from fedleak.errors import ProtocolError
@@ -68,6 +80,8 @@ from fedleak.secagg.constants import (
 from fedleak.secagg.layout import RAW_SLOTS, VectorLayout
 from fedleak.secagg.records import Record
 
+from .legacy import call_with_layout, identify_reply
+
 __all__ = [
     "QUANTISATION_STATE",
     "load_session",
@@ -83,6 +97,10 @@ wrapped ClientApp trains: ``round``, ``scale``, ``clip``, ``group-size`` and
 ``weighted`` (a client reading its own contribution out of the aggregate,
 e.g. :class:`fedleak.clients.membership.EmbeddingMembershipAdversary`,
 bounds the rounding of the decoded sum with them); removed when it returns."""
+
+NOTES_STATE = "fedleak.secagg.notes"
+"""``context.state`` record of what this node already warned about (clipping,
+metrics left out), so each warning appears once per node and run."""
 
 #: ``encode(plan) -> words``: the vector to mask for an accepted upload plan,
 #: or a Message (e.g. the train function's error reply) to return as is.
@@ -188,6 +206,9 @@ class _Encoding:
             _float(record, "clip"), _float(record, "scale"), plan.modulus_bits
         )
         self.max_weight = _float(record, "max-weight")
+        self.clipped = 0
+        self.largest = 0.0
+        self.kept_metrics: list[str] = []
         if self.layout.length != plan.length:
             raise ProtocolError(
                 f"the layout has {self.layout.length} words, the protocol {plan.length}"
@@ -231,12 +252,47 @@ class _Encoding:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ProtocolError(f"metric {name!r} to aggregate securely is missing")
             metric_values.append(float(value))
-        encoded, clipped = self.fixed.encode(
-            np.concatenate([values, metric_values]), weight
+        plain = np.concatenate([values, metric_values])
+        encoded, clipped = self.fixed.encode(plain, weight)
+        self.clipped = clipped
+        self.largest = float(np.max(np.abs(plain))) if plain.size else 0.0
+        self.kept_metrics = sorted(
+            k
+            for k in metrics
+            if k != protocol.NUM_EXAMPLES and k not in self.layout.metric_names
         )
         raw = np.array([int(weight), clipped], dtype=np.int64).astype(self.fixed.dtype)
         assert raw.size == len(RAW_SLOTS)
         return np.concatenate([encoded, raw])
+
+
+def _warn_once(context: Context, encoding: _Encoding) -> None:
+    """Name, once per node, values clipped and metrics that stay on the node."""
+    notes = context.state.config_records.get(NOTES_STATE)
+    if notes is None:
+        notes = context.state[NOTES_STATE] = ConfigRecord()
+    if encoding.clipped and not notes.get("clipped"):
+        notes["clipped"] = True
+        log(
+            WARNING,
+            "fedleak secure aggregation: %d value(s) of this client's update lie "
+            "outside [-%g, %g] and were clipped (largest |value| %.6g); the "
+            "aggregate differs from the plain mean: raise SecureAggregation(clip=...) "
+            "above %.3g",
+            encoding.clipped,
+            encoding.fixed.clip,
+            encoding.fixed.clip,
+            encoding.largest,
+            encoding.largest,
+        )
+    if encoding.kept_metrics and not notes.get("metrics"):
+        notes["metrics"] = True
+        log(
+            WARNING,
+            "fedleak secure aggregation: the train metrics %s are not aggregated "
+            "(not in SecureAggregation(metric_names=...)) and never leave this node",
+            encoding.kept_metrics,
+        )
 
 
 def make_secagg_mod(
@@ -272,10 +328,13 @@ def make_secagg_mod(
     )
 
     def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if msg.metadata.message_type == protocol.IDENTIFY_MESSAGE_TYPE:
+            # reached only in legacy (client_fn) apps, whose mods see every message
+            return identify_reply(msg, context)
         if msg.metadata.message_type != "train" or (
             RECORD not in msg.content.config_records
         ):
-            return call_next(msg, context)
+            return call_with_layout(msg, context, call_next)
 
         def encode(plan: UploadPlan) -> np.ndarray | Message:
             if ENCODING_RECORD not in msg.content.config_records:
@@ -293,12 +352,14 @@ def make_secagg_mod(
                 }
             )
             try:
-                reply = call_next(msg, context)
+                reply = call_with_layout(msg, context, call_next)
             finally:
                 del context.state[QUANTISATION_STATE]
             if reply.has_error():
                 return reply
-            return encoding.encode(reply)
+            words = encoding.encode(reply)
+            _warn_once(context, encoding)
+            return words
 
         return run_secagg_stage(msg, context, guards, encode)
 

@@ -110,6 +110,14 @@ class RoundReplies:
         }
 
 
+#: Error-reply texts of a ClientApp that has no identify handler (Message-API
+#: apps route before their mods; a client_fn app's legacy handler refuses it).
+_NO_IDENTIFY_HANDLER = (
+    "No query function registered",
+    "Invalid message type",
+)
+
+
 def _last_line(text: str) -> str:
     """Return the last non-empty line of ``text`` (an exception's message)."""
     lines = [line.strip(" '>\"") for line in text.splitlines() if line.strip(" '>\"")]
@@ -146,6 +154,10 @@ class PartitionAwareStrategy(Strategy, ABC):
         Seconds to wait for the nodes' partition ids.
     weighted_by_key : str, default="num-examples"
         Key of the reply MetricRecord that weights metric averages.
+    identify : bool, default=True
+        Ask new nodes for their partition ids (``query.fedleak_identify``).
+        With False, or when the ClientApp has no handler for it (found by
+        asking one node first), nodes are ordered by node id.
     """
 
     def __init__(
@@ -160,6 +172,7 @@ class PartitionAwareStrategy(Strategy, ABC):
         node_wait_timeout: float = 300.0,
         identify_timeout: float = 60.0,
         weighted_by_key: str = protocol.NUM_EXAMPLES,
+        identify: bool = True,
     ) -> None:
         check_probability("fraction_train", fraction_train)
         check_probability("fraction_evaluate", fraction_evaluate)
@@ -178,6 +191,9 @@ class PartitionAwareStrategy(Strategy, ABC):
         self.node_wait_timeout = node_wait_timeout
         self.identify_timeout = identify_timeout
         self.weighted_by_key = weighted_by_key
+        self.identify_nodes = bool(identify)
+        self._identify_probed = False
+        self._identify_unsupported = False
         self.partition_of: dict[int, int | None] = {}
         self._sampled: dict[tuple[str, int], list[int]] = {}
         self._global: dict[int, dict[str, np.ndarray]] = {}
@@ -212,8 +228,28 @@ class PartitionAwareStrategy(Strategy, ABC):
         return nodes
 
     def identify(self, grid: Grid, node_ids: Iterable[int]) -> None:
-        """Ask nodes for their partition ids and remember the answers."""
+        """Ask nodes for their partition ids and remember the answers.
+
+        The first time, one node is asked alone: a ClientApp without the
+        handler (a plain Flower app) answers with an error, which Flower's
+        runtime logs with a traceback, so the other nodes are then not asked
+        at all; one warning line names the fix and the fallback (nodes
+        ordered by node id). ``identify=False`` skips the query.
+        """
         node_ids = list(node_ids)
+        if not self.identify_nodes or self._identify_unsupported:
+            for node_id in node_ids:
+                self.partition_of.setdefault(node_id, None)
+            return
+        if not self._identify_probed and len(node_ids) > 1:
+            self._identify_probed = True
+            self.identify(grid, node_ids[:1])
+            if self._identify_unsupported:
+                for node_id in node_ids[1:]:
+                    self.partition_of.setdefault(node_id, None)
+                return
+            node_ids = node_ids[1:]
+        self._identify_probed = True
         messages = [
             Message(
                 RecordDict(),
@@ -226,6 +262,19 @@ class PartitionAwareStrategy(Strategy, ABC):
         for reply in grid.send_and_receive(messages, timeout=self.identify_timeout):
             node_id = reply.metadata.src_node_id
             if reply.has_error():
+                reason = reply.error.reason or ""
+                if any(sign in reason for sign in _NO_IDENTIFY_HANDLER):
+                    self._identify_unsupported = True
+                    log(
+                        WARNING,
+                        "The ClientApp has no handler for %s (register it with "
+                        "fedleak.clients.add_identify_handler(app), or use "
+                        "fedleak.clients.legacy_client_mod / secagg_mod for "
+                        "client_fn apps); nodes are ordered by node id instead "
+                        "(sampling is not reproducible across runs). Pass "
+                        "identify=False to skip the query",
+                        protocol.IDENTIFY_MESSAGE_TYPE,
+                    )
                 continue
             record = reply.content.metric_records.get(protocol.IDENTITY_RECORD)
             value = None if record is None else record.get(protocol.PARTITION_ID)
@@ -245,7 +294,7 @@ class PartitionAwareStrategy(Strategy, ABC):
                 seen.add(partition)
             self.partition_of[node_id] = partition
         unknown = [n for n, p in answers.items() if p is None]
-        if unknown:
+        if unknown and not self._identify_unsupported:
             log(
                 WARNING,
                 "%d node(s) gave no partition id (register fedleak.clients."

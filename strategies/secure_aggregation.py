@@ -32,16 +32,20 @@ SecAgg+ uses 4.
 
 from __future__ import annotations
 
+import logging
+import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app.metadata import Metadata
 from flwr.common import log
+from flwr.common.logger import FLOWER_LOGGER
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     Bulyan,
@@ -56,8 +60,10 @@ from flwr.serverapp.strategy import (
     FedXgbCyclic,
     MultiKrum,
     QFedAvg,
+    Result,
     Strategy,
 )
+from flwr.supercore.differential_privacy import CLIENTS_DISCREPANCY_WARNING
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, ProtocolError
@@ -69,7 +75,12 @@ from fedleak.secagg.records import Record
 from fedleak.secagg.server import AggregationRound, RoundResult, ServerSession
 from fedleak.secagg.settings import ProtocolSettings
 
-from .base import arrays_to_numpy, numpy_to_arrays
+from .base import (
+    PartitionAwareStrategy,
+    _last_line,
+    arrays_to_numpy,
+    numpy_to_arrays,
+)
 from .model_averaging import ModelAveraging
 from .sync_sgd import SyncSGD
 
@@ -106,8 +117,39 @@ _SAMPLING_HINT = (
 )
 
 
+#: Reply-error text of Flower's own SecAgg+ client mod receiving fedleak's
+#: messages: the ClientApp imported ``flwr.client.mod.secagg_mod``.
+_FLOWER_SECAGG_SIGN = "secaggplus_configs"
+_FLOWER_SECAGG_HINT = (
+    "the ClientApp runs Flower's own SecAgg+ mod (flwr.client.mod.secagg_mod or "
+    "secaggplus_mod), not fedleak's: use `from fedleak.clients import secagg_mod` "
+    "in ClientApp(mods=[secagg_mod])"
+)
+
+
+def _legacy_hint(strategy: object) -> str | None:
+    """Name the Message-API import for a strategy of Flower's legacy API."""
+    module = type(strategy).__module__
+    if not module.startswith(("flwr.server.strategy", "flwr.server.workflow")):
+        return None
+    name = type(strategy).__name__
+    return (
+        f"SecureAggregation cannot wrap {module}.{name}: that is Flower's legacy "
+        "strategy API (fit/evaluate, run by DefaultWorkflow). Use the Message-API "
+        f"strategy instead: `from flwr.serverapp.strategy import {name}` (e.g. "
+        "FedAvg(fraction_train=1.0, min_available_nodes=N)) and run it with "
+        "`SecureAggregation(strategy).start(grid=grid, initial_arrays="
+        "ArrayRecord(ndarrays), num_rounds=R)` in the ServerApp's @app.main(); "
+        "legacy NumPyClient apps need no change when they use "
+        "fedleak.clients.secagg_mod"
+    )
+
+
 def _innermost(strategy: Strategy) -> Strategy:
     """Check that ``strategy`` only needs a (weighted) sum; return the aggregator."""
+    legacy = _legacy_hint(strategy)
+    if legacy is not None:
+        raise ConfigError(legacy)
     while isinstance(strategy, _PASS_THROUGH_WRAPPERS):
         strategy = strategy.strategy
     if isinstance(strategy, _NEEDS_INDIVIDUAL_UPDATES):
@@ -198,8 +240,50 @@ class _Round:
     fixed: FixedPoint
     sampled: list[int]
     exchanges: int
+    dtypes: dict[str, np.dtype] = field(default_factory=dict)
     advertise_bytes: int = 0
     template: Message | None = None
+
+
+def _cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast a float64 aggregate to the global model's dtype (integers rounded)."""
+    if np.issubdtype(dtype, np.integer):
+        rounded: np.ndarray = np.rint(value)
+        return rounded.astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return value.astype(dtype)
+    return value.astype(np.float32)
+
+
+class _DropDiscrepancy(logging.Filter):
+    """Drop Flower's "replies differ from sampled clients" DP warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != CLIENTS_DISCREPANCY_WARNING
+
+
+@contextmanager
+def _quiet_dp_discrepancy(strategy: Strategy, contributors: int) -> Iterator[None]:
+    """Silence the DP wrappers' per-round count warning for the synthetic reply.
+
+    Flower's client-side DP wrappers warn when the number of replies differs
+    from ``num_sampled_clients``; secure aggregation always hands them one
+    reply that stands for all contributors. The warning is kept (once, with
+    the real numbers) when the contributors differ from the sampled count.
+    """
+    if not isinstance(strategy, _PASS_THROUGH_WRAPPERS):
+        yield
+        return
+    expected = getattr(strategy, "num_sampled_clients", contributors)
+    if contributors != expected:
+        log(WARNING, CLIENTS_DISCREPANCY_WARNING, contributors, expected)
+    logger = FLOWER_LOGGER
+    dropper = _DropDiscrepancy()
+    logger.addFilter(dropper)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropper)
 
 
 class SecureAggregation(Strategy):
@@ -228,10 +312,25 @@ class SecureAggregation(Strategy):
     clip : float, default=8.0
         Values (weights, gradients, metrics) are clipped to ``[-clip, clip]``
         before fixed-point encoding; clipped entries are counted (securely) and
-        reported as ``secagg-clipped``.
+        reported as ``secagg-clipped``. Clipping changes the model, so it is
+        loud: the first round that clips logs a warning with the count (each
+        client logs its own largest value, which the server never sees), and
+        ``on_clip="error"`` stops the run instead. Choose ``clip`` above the
+        largest absolute value a client sends (model weights for averages,
+        gradient entries for sums); the fixed-point error bound grows with it
+        (see ``scale``).
+    on_clip : {"warn", "error"}, default="warn"
+        What a round with clipped values does: warn (the first time, then
+        count it in ``secagg-clipped``) or raise :class:`ConfigError`.
     scale : float, optional
         Fixed-point scale. Default: the largest power of two that cannot
-        overflow for the group size and ``max_weight``.
+        overflow for the group size and ``max_weight``. Each client's value is
+        rounded to a multiple of ``1/scale`` (after its weight is applied), so
+        the decoded aggregate differs from the exact (clipped) one by at most
+        ``group size * 0.5 / scale`` per entry before the division by the total
+        weight (logged per round; e.g. about ``1e-6`` for the default 32-bit
+        words). The aggregate keeps the global model's dtype: float64 models
+        come back as float64 (with that error), float32 as float32.
     modulus_bits : {32, 64}, optional
         Arithmetic modulo ``2**32`` or ``2**64``. Default: 32 bits when they
         still leave a fixed-point resolution of ``2**-20`` for the group size,
@@ -254,12 +353,29 @@ class SecureAggregation(Strategy):
         Seed of the group assignment (masks are always from the OS CSPRNG).
     timeout : float, default=120.0
         Seconds to wait for the key-advertisement and unmask replies.
+    node_wait_timeout : float, default=120.0
+        Seconds :meth:`start` waits for enough nodes to form one decryptable
+        group, and each round waits for the inner strategy's
+        ``min_available_nodes`` (Flower's own strategies would wait forever).
+    on_too_few_nodes : {"stop", "proceed"}, default="stop"
+        When fewer than ``min_available_nodes`` nodes are connected after
+        ``node_wait_timeout`` (e.g. a node died): stop the run with a clear
+        error, or run the round with the nodes still connected (as long as
+        they can form a decryptable group).
 
     Raises
     ------
     ConfigError
-        If the inner strategy needs individual updates, or a setting means no
-        group could ever be decrypted (naming it).
+        If the inner strategy needs individual updates or is a legacy Flower
+        strategy (naming the Message-API import), or a setting means no group
+        could ever be decrypted (naming it).
+
+    Notes
+    -----
+    :meth:`start` checks, before round 1, that the nodes actually connected
+    can fill a decryptable group under the inner strategy's sampling, and
+    raises :class:`ProtocolError` with a summary when no round produced an
+    aggregate (the model would be the initial one).
     """
 
     def __init__(
@@ -277,8 +393,20 @@ class SecureAggregation(Strategy):
         metric_names: Sequence[str] = (),
         seed: int = 0,
         timeout: float = 120.0,
+        on_clip: Literal["warn", "error"] = "warn",
+        node_wait_timeout: float = 120.0,
+        on_too_few_nodes: Literal["stop", "proceed"] = "stop",
     ) -> None:
         super().__init__()
+        if on_clip not in ("warn", "error"):
+            raise ConfigError(f"on_clip must be 'warn' or 'error', got {on_clip!r}")
+        if on_too_few_nodes not in ("stop", "proceed"):
+            raise ConfigError(
+                "on_too_few_nodes must be 'stop' or 'proceed', got "
+                f"{on_too_few_nodes!r}"
+            )
+        if not node_wait_timeout > 0:
+            raise ConfigError(f"node_wait_timeout must be > 0, got {node_wait_timeout}")
         self.strategy = strategy
         self.aggregator = _innermost(strategy)
         self.weighted = not isinstance(self.aggregator, SyncSGD)
@@ -318,9 +446,16 @@ class SecureAggregation(Strategy):
         self.metric_names = tuple(names)
         self.seed = seed
         self.timeout = timeout
+        self.on_clip = on_clip
+        self.node_wait_timeout = float(node_wait_timeout)
+        self.on_too_few_nodes = on_too_few_nodes
         self.session = ServerSession(self.settings, seed=seed)
         self._grid: Grid | None = None
         self._round: _Round | None = None
+        self._warned: set[str] = set()
+        self.rounds_attempted = 0
+        self.rounds_aggregated = 0
+        self._round_failures: list[str] = []
 
     def __repr__(self) -> str:
         return f"SecureAggregation({self.strategy!r}, mode={self.mode!r})"
@@ -360,6 +495,164 @@ class SecureAggregation(Strategy):
         fixed.check_capacity(group_size, weight)
         return fixed
 
+    # -------------------------------------------------------------- nodes
+    def _sampled_from(self, connected: int) -> tuple[int, str]:
+        """How many nodes the inner strategy samples from ``connected``, and why."""
+        inner = self.aggregator
+        fraction = float(getattr(inner, "fraction_train", 1.0))
+        minimum = int(getattr(inner, "min_train_nodes", 1))
+        if isinstance(inner, PartitionAwareStrategy):
+            count = max(math.floor(fraction * connected + 1e-9), minimum)
+        else:  # Flower's sample size (FedAvg.configure_train)
+            count = max(int(connected * fraction), minimum)
+        why = (
+            f"{connected} connected node(s) with {type(inner).__name__}("
+            f"fraction_train={fraction:g}, min_train_nodes={minimum})"
+        )
+        return min(count, connected), why
+
+    def _wait_for_nodes(self, grid: Grid, need: int, what: str) -> list[int]:
+        """Wait up to ``node_wait_timeout`` s for ``need`` nodes; return those seen."""
+        deadline = time.monotonic() + self.node_wait_timeout
+        nodes = list(grid.get_node_ids())
+        if len(nodes) < need:
+            log(
+                WARNING,
+                "secure aggregation: %d of the %d nodes %s are connected; waiting "
+                "up to %g s (node_wait_timeout)",
+                len(nodes),
+                need,
+                what,
+                self.node_wait_timeout,
+            )
+        while len(nodes) < need and time.monotonic() < deadline:
+            time.sleep(0.05)
+            nodes = list(grid.get_node_ids())
+        return nodes
+
+    def check_nodes(self, grid: Grid) -> int:
+        """Check that the connected nodes can fill one decryptable group.
+
+        Waits up to ``node_wait_timeout`` seconds for the larger of the inner
+        strategy's ``min_available_nodes`` and the smallest decryptable group,
+        then applies the inner strategy's sampling to the nodes connected.
+
+        Returns
+        -------
+        int
+            The number of nodes the inner strategy would sample.
+
+        Raises
+        ------
+        ConfigError
+            If that number cannot fill one decryptable group (naming the
+            numbers and the settings to change).
+        """
+        floor = self.settings.smallest_group()
+        available = int(getattr(self.aggregator, "min_available_nodes", 1))
+        nodes = self._wait_for_nodes(
+            grid, max(floor, available), "secure aggregation needs"
+        )
+        count, why = self._sampled_from(len(nodes))
+        if count < floor:
+            raise ConfigError(
+                f"secure aggregation needs at least {floor} clients per round "
+                f"(min_online={self.min_online}, threshold={self.threshold:g}), "
+                f"but {why} sample(s) {count} after waiting "
+                f"{self.node_wait_timeout:g} s; no group could ever be decrypted. "
+                "Start more nodes (flwr run: --federation-config "
+                f"'num-supernodes={floor}' or more) and set the inner strategy's "
+                "min_available_nodes and min_train_nodes to their number"
+            )
+        return count
+
+    @contextmanager
+    def _enough_nodes(self, grid: Grid) -> Iterator[None]:
+        """Wait (bounded) for the inner strategy's ``min_available_nodes``.
+
+        Flower's strategies wait for them forever; here the wait ends after
+        ``node_wait_timeout`` s and the run stops with a clear error or, with
+        ``on_too_few_nodes="proceed"``, the round runs with the nodes left
+        (the inner strategy's minimums are lowered for this call only).
+        """
+        inner = self.aggregator
+        wanted = int(getattr(inner, "min_available_nodes", 0))
+        nodes = self._wait_for_nodes(grid, wanted, "min_available_nodes names")
+        if len(nodes) >= wanted:
+            yield
+            return
+        if self.on_too_few_nodes == "stop":
+            raise ProtocolError(
+                f"only {len(nodes)} of the {wanted} nodes the inner strategy needs "
+                f"(min_available_nodes) are connected after {self.node_wait_timeout:g}"
+                " s; a node may have died. Restart it, lower min_available_nodes, "
+                "or pass SecureAggregation(on_too_few_nodes='proceed')"
+            )
+        log(
+            WARNING,
+            "secure aggregation: proceeding with %d of the %d nodes "
+            "min_available_nodes asks for (on_too_few_nodes='proceed')",
+            len(nodes),
+            wanted,
+        )
+        saved = {
+            name: getattr(inner, name)
+            for name in ("min_available_nodes", "min_train_nodes")
+            if hasattr(inner, name)
+        }
+        try:
+            for name, value in saved.items():
+                setattr(inner, name, min(int(value), len(nodes)))
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(inner, name, value)
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Check the nodes, run Flower's round loop, fail if nothing aggregated.
+
+        As :meth:`flwr.serverapp.strategy.Strategy.start`, plus two checks: before
+        round 1, :meth:`check_nodes`; after the last round, a run in which no
+        round produced an aggregate logs an error summary and raises.
+
+        Raises
+        ------
+        ConfigError
+            If the connected nodes cannot fill one decryptable group.
+        ProtocolError
+            If no round produced an aggregate (the model is the initial one).
+        """
+        self.check_nodes(grid)
+        self.rounds_attempted = self.rounds_aggregated = 0
+        self._round_failures = []
+        result = super().start(
+            grid,
+            initial_arrays,
+            num_rounds=num_rounds,
+            timeout=timeout,
+            train_config=train_config,
+            evaluate_config=evaluate_config,
+            evaluate_fn=evaluate_fn,
+        )
+        if self.rounds_attempted and not self.rounds_aggregated:
+            reasons = "; ".join(dict.fromkeys(self._round_failures)) or "unknown"
+            message = (
+                f"secure aggregation: none of the {self.rounds_attempted} round(s) "
+                f"produced an aggregate, so the model is the initial one ({reasons})"
+            )
+            log(ERROR, "%s", message)
+            raise ProtocolError(message)
+        return result
+
     def _advertise(self, grid: Grid, nodes: list[int], group_id: str) -> None:
         request = self.session.advertise_request()
         replies, failures = exchange_records(
@@ -374,8 +667,11 @@ class SecureAggregation(Strategy):
                 WARNING,
                 "secure aggregation: node %d failed key advertisement: %s",
                 node,
-                reason,
+                _last_line(reason),
             )
+        clashes = [r for r in failures.values() if _FLOWER_SECAGG_SIGN in r]
+        if clashes:
+            raise ConfigError(_FLOWER_SECAGG_HINT)
         for node, reply in replies.items():
             try:
                 self.session.add_advertisement(node, reply)
@@ -387,13 +683,17 @@ class SecureAggregation(Strategy):
     ) -> Iterable[Message]:
         """Let the inner strategy sample, open sessions, attach the protocol."""
         self._grid = grid
-        inner = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        with self._enough_nodes(grid):
+            inner = list(
+                self.strategy.configure_train(server_round, arrays, config, grid)
+            )
         if not inner:
             self._round = None
             return []
         sampled = [m.metadata.dst_node_id for m in inner]
         self.settings.check_count(len(sampled), _SAMPLING_HINT)
-        layout = VectorLayout.of(arrays_to_numpy(arrays), self.metric_names)
+        model = arrays_to_numpy(arrays)
+        layout = VectorLayout.of(model, self.metric_names)
         fixed = self.fixed_point(self.settings.largest_group(len(sampled)))
         exchanges = 1
         missing = self.session.missing_keys(sampled)
@@ -403,7 +703,21 @@ class SecureAggregation(Strategy):
         aggregation = self.session.begin_round(
             sampled, length=layout.length, modulus_bits=fixed.modulus_bits
         )
-        state = _Round(aggregation, layout, fixed, sampled, exchanges)
+        state = _Round(
+            aggregation,
+            layout,
+            fixed,
+            sampled,
+            exchanges,
+            dtypes={name: value.dtype for name, value in model.items()},
+        )
+        if not self.metric_names and "metrics" not in self._warned:
+            self._warned.add("metrics")
+            log(
+                INFO,
+                "secure aggregation: no client metric is aggregated "
+                "(metric_names=()); each client names the train metrics it keeps",
+            )
         encoding = ConfigRecord(
             {
                 "weighted": self.weighted,
@@ -485,10 +799,21 @@ class SecureAggregation(Strategy):
         started = time.perf_counter()
         aggregation = state.aggregation
         errors = 0
+        self.rounds_attempted += 1
         for message in replies:
             node = message.metadata.src_node_id
             if message.has_error():
                 errors += 1
+                reason = message.error.reason or f"error code {message.error.code}"
+                log(
+                    WARNING,
+                    "secure aggregation round %d: node %d failed its upload: %s",
+                    server_round,
+                    node,
+                    _last_line(reason),
+                )
+                if _FLOWER_SECAGG_SIGN in reason:
+                    log(ERROR, "secure aggregation: %s", _FLOWER_SECAGG_HINT)
                 continue
             record = message.content.config_records.get(RECORD)
             try:
@@ -539,15 +864,60 @@ class SecureAggregation(Strategy):
                 "the global model is unchanged",
                 outcome.round,
             )
+            self._round_failures.append(self._why_nothing(outcome, state, errors))
             return None, metrics
+        self._check_clipping(server_round, int(raw[1]), state)
+        # every contributor's value is rounded to a multiple of 1/scale
+        bound = state.fixed.max_abs_error(len(contributors))
+        if self.weighted:
+            bound /= max(int(raw[0]), 1)
+        elif getattr(self.aggregator, "reduction", "sum") == "mean":
+            bound /= len(contributors)
+        metrics["secagg-error-bound"] = bound
         arrays, inner_metrics = self._inner_aggregate(
             server_round, state, total, int(raw[0]), contributors
         )
+        if arrays is not None:
+            self.rounds_aggregated += 1
         if inner_metrics is not None:
             for key, value in inner_metrics.items():
                 if not key.startswith("num-"):
                     metrics[key] = value
         return arrays, metrics
+
+    def _why_nothing(self, outcome: RoundResult, state: _Round, errors: int) -> str:
+        """One phrase saying why a round produced no aggregate."""
+        parts = []
+        if errors:
+            parts.append(f"{errors} error repl{'y' if errors == 1 else 'ies'}")
+        if outcome.refusals:
+            parts.append(
+                "refusals "
+                + ", ".join(f"{c} x{n}" for c, n in sorted(outcome.refusals.items()))
+            )
+        if outcome.non_uploaders:
+            parts.append(
+                f"{len(outcome.non_uploaders)} of {len(state.sampled)} "
+                "sampled did not upload"
+            )
+        return "; ".join(parts) or "no group reached its online floor"
+
+    def _check_clipping(self, server_round: int, clipped: int, state: _Round) -> None:
+        """Warn the first time values were clipped, or stop (``on_clip="error"``)."""
+        if not clipped:
+            return
+        message = (
+            f"secure aggregation round {server_round}: {clipped} value(s) were "
+            f"clipped to [-{state.fixed.clip:g}, {state.fixed.clip:g}] before "
+            "encoding, so the aggregate differs from the plain (weighted) mean; "
+            "each client logs its largest value: set SecureAggregation(clip=...) "
+            "above it"
+        )
+        if self.on_clip == "error":
+            raise ConfigError(message + " (on_clip='error')")
+        if "clip" not in self._warned:
+            self._warned.add("clip")
+            log(WARNING, "%s (reported once; see the secagg-clipped metric)", message)
 
     def _check_not_hopeless(self, outcome: RoundResult, state: _Round) -> None:
         """Stop the run when every client refuses the settings themselves."""
@@ -622,7 +992,7 @@ class SecureAggregation(Strategy):
         elif getattr(self.aggregator, "reduction", "sum") == "mean":
             values = values / len(contributors)
         arrays = {
-            name: value.astype(np.float32)
+            name: _cast(value, state.dtypes.get(name, np.dtype(np.float32)))
             for name, value in layout.unflatten(values).items()
         }
         metrics = MetricRecord(
@@ -658,7 +1028,8 @@ class SecureAggregation(Strategy):
                 message_type=meta.message_type,
             ),
         )
-        return self.strategy.aggregate_train(server_round, [synthetic])
+        with _quiet_dp_discrepancy(self.strategy, len(contributors)):
+            return self.strategy.aggregate_train(server_round, [synthetic])
 
     # -------------------------------------------------------------- delegation
     def configure_evaluate(

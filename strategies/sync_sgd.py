@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from logging import INFO
 from typing import Literal
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedleak import protocol
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, ProtocolError
 from fedleak.federated import sgd_step
 
 from .base import PartitionAwareStrategy, numpy_to_arrays
@@ -34,6 +35,15 @@ class SyncSGD(PartitionAwareStrategy):
     A reply may carry gradients for a subset of the model's arrays (the others
     count as zero); a reply with an unknown array name, a wrong shape or a
     non-finite value is rejected and counted in ``num-rejected``.
+
+    A reply that looks like a *model* rather than a gradient (a ClientApp
+    that returns its trained weights, as Flower's examples do) is refused:
+    when the reply's mean over the clients it stands for lies within
+    :attr:`MODEL_SHAPED_DISTANCE` of the global model in relative L2 distance,
+    ``||g - theta|| < 0.5 ||theta||``, it is rejected, and a round in which
+    every reply was model-shaped stops the run with a :class:`ConfigError`
+    (``theta - lr * sum_k theta_k`` would be nonsense). A real gradient that
+    close to the weights is rare (e.g. a loss dominated by weight decay).
 
     Parameters
     ----------
@@ -59,6 +69,10 @@ class SyncSGD(PartitionAwareStrategy):
         )
     """
 
+    #: Relative L2 distance to the global model below which a reply counts as
+    #: a model rather than a gradient.
+    MODEL_SHAPED_DISTANCE = 0.5
+
     def __init__(
         self,
         learning_rate: float,
@@ -74,6 +88,7 @@ class SyncSGD(PartitionAwareStrategy):
             raise ConfigError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
         self.learning_rate = float(learning_rate)
         self.reduction = reduction
+        self._model_shaped = 0
 
     def __repr__(self) -> str:
         return (
@@ -92,7 +107,16 @@ class SyncSGD(PartitionAwareStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Apply ``theta_t = theta_{t-1} - lr * sum_k g_k`` (Alg. 1, line 6)."""
         model = self.global_model(server_round)
+        self._model_shaped = 0
         gradients, metrics = self.accept_replies(server_round, replies, complete=False)
+        if not gradients and self._model_shaped:
+            raise ConfigError(
+                f"SyncSGD round {server_round}: every reply ({self._model_shaped}) "
+                "holds model weights, not a gradient (it lies close to the global "
+                "model). SyncSGD (seed 000 Alg. 1) needs ClientApps that return "
+                "the gradient of one mini-batch; for ClientApps that return their "
+                "trained model use ModelAveraging or Flower's FedAvg"
+            )
         if not gradients:
             log(INFO, "aggregate_train: no usable gradient in round %d", server_round)
             return None, metrics
@@ -103,6 +127,44 @@ class SyncSGD(PartitionAwareStrategy):
             reduction=self.reduction,
         )
         return numpy_to_arrays(updated), metrics
+
+    def check_arrays(
+        self, message: Message, model: Mapping[str, np.ndarray], *, complete: bool
+    ) -> tuple[dict[str, np.ndarray], float]:
+        """Validate a reply as in the base class, and refuse model-shaped ones.
+
+        Raises
+        ------
+        ProtocolError
+            As :meth:`PartitionAwareStrategy.check_arrays`, or if the reply
+            lies within :attr:`MODEL_SHAPED_DISTANCE` of the global model.
+        """
+        arrays, weight = super().check_arrays(message, model, complete=complete)
+        record = message.content.config_records.get(protocol.AGGREGATE_RECORD)
+        packed = None if record is None else record.get(protocol.AGGREGATE_CONTRIBUTORS)
+        count = len(protocol.unpack_ids(packed)) if isinstance(packed, bytes) else 1
+        names = list(arrays)
+        theta = (
+            np.concatenate(
+                [np.asarray(model[n], dtype=np.float64).ravel() for n in names]
+            )
+            if names
+            else np.zeros(0)
+        )
+        norm = float(np.linalg.norm(theta))
+        if norm > 0:
+            mean = np.concatenate(
+                [np.asarray(arrays[n], dtype=np.float64).ravel() for n in names]
+            ) / max(count, 1)
+            distance = float(np.linalg.norm(mean - theta)) / norm
+            if distance < self.MODEL_SHAPED_DISTANCE:
+                self._model_shaped += 1
+                raise ProtocolError(
+                    f"the reply is model-shaped, not a gradient: it lies at "
+                    f"relative distance {distance:.3g} from the global model "
+                    f"(< {self.MODEL_SHAPED_DISTANCE})"
+                )
+        return arrays, weight
 
     def summary(self) -> None:
         """Log the strategy's settings."""

@@ -7,8 +7,10 @@ partition id) in ``[tool.flwr.app.components]``; its ``[tool.flwr.app.config]``
 holds
 
 ``config``
-    The experiment file. A relative path is looked up in the current
-    directory, then among the experiment files bundled with fedleak (by name).
+    The experiment file. A relative path is looked up in the app bundle (the
+    folder ``flwr run`` shipped, where a user's own experiment file lives),
+    then in the current directory, then among the experiment files bundled
+    with fedleak (by name).
 ``overrides``
     Space-separated ``key=value`` overrides, as ``fedleak run --set``.
 ``out``
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from flwr.app import Context
 from flwr.common import log
+from flwr.common.config import get_project_dir
 from flwr.serverapp import Grid, ServerApp
 
 from fedleak.errors import ConfigError
@@ -45,18 +48,50 @@ from .engine import RAY_INLINE_BYTES, fast_engine, install_engine, keep_freed_me
 from .runner import make_experiment_client_app, preflight
 from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
 
-__all__ = ["app", "client_app", "resolve_config_path"]
+__all__ = ["app", "app_dir_of", "client_app", "resolve_config_path"]
 
 
-def resolve_config_path(name: str) -> Path:
-    """Find an experiment file: as given, else bundled with fedleak by file name."""
+def resolve_config_path(name: str, app_dir: Path | None = None) -> Path:
+    """Find an experiment file: in ``app_dir``, as given, else bundled with fedleak.
+
+    Parameters
+    ----------
+    name : str
+        The ``config`` value of the run config.
+    app_dir : pathlib.Path, optional
+        The installed app bundle of the run (relative names are looked up
+        there first).
+
+    Raises
+    ------
+    ConfigError
+        If the file is in none of the places, naming them.
+    """
     path = Path(name)
+    if app_dir is not None and not path.is_absolute() and (app_dir / path).is_file():
+        return app_dir / path
     if path.is_file():
         return path
     bundled = resources.files("fedleak.sim_configs") / path.name
     if bundled.is_file():
         return Path(str(bundled))
-    raise ConfigError(f"experiment file {name!r} not found (nor bundled with fedleak)")
+    where = f"the app bundle {app_dir}, " if app_dir is not None else ""
+    raise ConfigError(
+        f"experiment file {name!r} not found (looked in {where}the current "
+        f"directory {Path.cwd()} and among the files bundled with fedleak)"
+    )
+
+
+def app_dir_of(grid: Grid) -> Path | None:
+    """Return the folder the run's app bundle (FAB) was installed to, if any."""
+    try:
+        run = grid.run
+        if not run.fab_id or not run.fab_version:
+            return None
+        folder = get_project_dir(run.fab_id, run.fab_version, run.fab_hash)
+    except Exception:  # no FAB (e.g. run_simulation): no bundle
+        return None
+    return folder if folder.is_dir() else None
 
 
 app = ServerApp()
@@ -82,7 +117,7 @@ def main(grid: Grid, context: Context) -> None:
     run_config = context.run_config
     name = str(run_config.get("config", "quickstart.toml"))
     overrides = shlex.split(str(run_config.get("overrides", "")))
-    config = load_config(resolve_config_path(name), overrides)
+    config = load_config(resolve_config_path(name, app_dir_of(grid)), overrides)
     preflight(config)
     out = str(run_config.get("out", "")) or None
     run_dir = make_run_dir(config, out)

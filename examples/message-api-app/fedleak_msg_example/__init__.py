@@ -1,0 +1,1 @@
+"""A Message-API Flower app using fedleak's secure aggregation."""

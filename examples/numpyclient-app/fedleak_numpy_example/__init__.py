@@ -1,0 +1,1 @@
+"""A NumPyClient Flower app using fedleak's secure aggregation."""
