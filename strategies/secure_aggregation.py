@@ -286,6 +286,10 @@ def _quiet_dp_discrepancy(strategy: Strategy, contributors: int) -> Iterator[Non
         logger.removeFilter(dropper)
 
 
+#: Seconds of waiting for nodes before :class:`SecureAggregation` says so.
+NODE_WAIT_QUIET_S = 5.0
+
+
 class SecureAggregation(Strategy):
     """Secure aggregation wrapper: double masking, or the seed's scheme as a mode.
 
@@ -513,19 +517,24 @@ class SecureAggregation(Strategy):
 
     def _wait_for_nodes(self, grid: Grid, need: int, what: str) -> list[int]:
         """Wait up to ``node_wait_timeout`` s for ``need`` nodes; return those seen."""
-        deadline = time.monotonic() + self.node_wait_timeout
+        start = time.monotonic()
+        deadline = start + self.node_wait_timeout
         nodes = list(grid.get_node_ids())
-        if len(nodes) < need:
-            log(
-                WARNING,
-                "secure aggregation: %d of the %d nodes %s are connected; waiting "
-                "up to %g s (node_wait_timeout)",
-                len(nodes),
-                need,
-                what,
-                self.node_wait_timeout,
-            )
+        warned = False
         while len(nodes) < need and time.monotonic() < deadline:
+            # nodes register a moment after the run starts: say nothing
+            # unless the wait lasts
+            if not warned and time.monotonic() - start >= NODE_WAIT_QUIET_S:
+                log(
+                    WARNING,
+                    "secure aggregation: %d of the %d nodes %s are connected; "
+                    "waiting up to %g s in all (node_wait_timeout)",
+                    len(nodes),
+                    need,
+                    what,
+                    self.node_wait_timeout,
+                )
+                warned = True
             time.sleep(0.05)
             nodes = list(grid.get_node_ids())
         return nodes
