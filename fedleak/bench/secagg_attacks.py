@@ -76,7 +76,8 @@ def _flower_client_app() -> Any:
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         partition = int(context.node_config["partition-id"])
-        tag = int(msg.content[protocol.CONFIG_KEY].get(ATTACK_TAG, 0))
+        value = msg.content.config_records[protocol.CONFIG_KEY].get(ATTACK_TAG, 0)
+        tag = value if isinstance(value, int) else 0
         arrays = ArrayRecord({k: Array(v) for k, v in _update(partition, tag).items()})
         metrics = MetricRecord({protocol.NUM_EXAMPLES: 1})
         return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
