@@ -60,7 +60,7 @@ QUICK_SIZES = ((30, 100_000),)
 #: ``(N, L)`` of the client-work part.
 WORK_SIZES = ((30, 100_000), (100, 100_000))
 #: Table 4.1 rows a quick run measures (the full run: every row).
-QUICK_TABLE_USERS = 200
+QUICK_TABLE_USERS = 100
 
 
 def seed_table(rows: Sequence[SeedRow]) -> list[dict[str, Any]]:
@@ -190,8 +190,9 @@ def run_secagg_bench(
     out : str or pathlib.Path
         The JSON record.
     quick : bool, default=False
-        ``N = 30, L = 10^5`` only, 3 rounds, 1 block, 2 client-work blocks,
-        Table 4.1 rows up to 200 users (about 2 minutes); a full run:
+        ``N = 30, L = 10^5`` only, 3 rounds, 1 block, 1 client-work block,
+        the Table 4.1 row of 100 users (about 2 minutes on an idle 2-core
+        machine); a full run:
         ``N = 10`` and ``30`` at ``L = 10^5``, 5 rounds, 3 blocks, 5
         client-work blocks, every row.
     sizes : sequence of (int, int), optional
@@ -216,7 +217,7 @@ def run_secagg_bench(
     sizes = list(sizes or (QUICK_SIZES if quick else FULL_SIZES))
     rounds = rounds or (3 if quick else 5)
     blocks = blocks or (1 if quick else 3)
-    work_repeats = work_repeats or (2 if quick else 5)
+    work_repeats = work_repeats or (1 if quick else 5)
     if table_users is None:
         table_users = (
             QUICK_TABLE_USERS if quick else max(r.n_users for r in THESIS_TABLE_4_1)
