@@ -24,21 +24,9 @@ Messages
     :data:`NUM_EXAMPLES` and the metrics to average.
 
 Secure aggregation (:class:`fedleak.strategies.SecureAggregation` and
-:func:`fedleak.clients.secagg_mod`) multiplexes on plain ``train`` messages (a
-Flower mod cannot add message types) with a ConfigRecord
-:data:`SECAGG_RECORD` whose :data:`SECAGG_STAGE` is
-
-:data:`STAGE_ADVERTISE`
-    server -> client: send your X25519 public key (:data:`SECAGG_PUBLIC_KEY`);
-    the ClientApp's own train function is not called.
-:data:`STAGE_UPLOAD`
-    server -> client: the inner strategy's train message plus the group's
-    members (:data:`SECAGG_PEERS`, ids packed by :func:`pack_ids`) and keys,
-    the fixed-point parameters and the layout; the client trains as usual and
-    replies with only its masked vector (:data:`SECAGG_MASKED`).
-:data:`STAGE_RECOVER`
-    server -> online client: the dropped members (:data:`SECAGG_DROPPED`);
-    the client replies with its recovery mask.
+:func:`fedleak.clients.secagg_mod`) rides on plain ``train`` messages; its
+record name, stages and keys are defined with the protocol engine, in
+:mod:`fedleak.secagg.constants`.
 
 A reply that stands for the aggregate of several clients (what the secure
 aggregation wrapper hands to its inner strategy) carries a ConfigRecord
@@ -64,18 +52,7 @@ __all__ = [
     "NUM_EXAMPLES",
     "NUM_PARTITIONS",
     "PARTITION_ID",
-    "SECAGG_DROPPED",
-    "SECAGG_MASKED",
-    "SECAGG_PEERS",
-    "SECAGG_PEER_KEYS",
-    "SECAGG_PUBLIC_KEY",
-    "SECAGG_RECORD",
-    "SECAGG_ROUND",
-    "SECAGG_STAGE",
     "SERVER_ROUND",
-    "STAGE_ADVERTISE",
-    "STAGE_RECOVER",
-    "STAGE_UPLOAD",
     "TRAIN_MODE",
     "pack_ids",
     "unpack_ids",
@@ -97,18 +74,6 @@ MODE_MODEL: Final = "model"
 LEARNING_RATE: Final = "lr"
 LOCAL_EPOCHS: Final = "local-epochs"
 NUM_EXAMPLES: Final = "num-examples"
-
-SECAGG_RECORD: Final = "fedleak-secagg"
-SECAGG_STAGE: Final = "stage"
-SECAGG_ROUND: Final = "round"
-SECAGG_PUBLIC_KEY: Final = "public-key"
-SECAGG_PEERS: Final = "peers"
-SECAGG_PEER_KEYS: Final = "peer-keys"
-SECAGG_MASKED: Final = "masked"
-SECAGG_DROPPED: Final = "dropped"
-STAGE_ADVERTISE: Final = "advertise"
-STAGE_UPLOAD: Final = "upload"
-STAGE_RECOVER: Final = "recover"
 
 AGGREGATE_RECORD: Final = "fedleak-aggregate"
 AGGREGATE_CONTRIBUTORS: Final = "contributors"

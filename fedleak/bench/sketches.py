@@ -52,18 +52,9 @@ from fedleak.files import write_atomic
 from .console import out as console
 from .console import say, written
 from .record import BenchRecord
+from .table_4_1 import SEED_DEPTH, THESIS_TABLE_4_1
 
 __all__ = ["command", "run_sketch_bench"]
-
-#: Seed 000 Table 4.1 (700 programs): users, sketch size L, bytes tally -> user,
-#: bytes user -> tally.
-THESIS_TABLE_4_1 = (
-    (100, 4896, 3200, 19584),
-    (200, 2448, 6400, 9792),
-    (300, 1638, 9600, 6552),
-    (400, 1224, 12800, 4896),
-    (500, 972, 16000, 3888),
-)
 
 Say = Callable[[str], None]
 
@@ -250,14 +241,17 @@ def _masked_aggregation_table(
     from fedleak.sketches.recommender import user_sketch
 
     table = []
-    for n, length, thesis_down, thesis_up in THESIS_TABLE_4_1[:table_rows]:
-        template = CountMinSketch(18, length // 18, seed=seed)
+    for row in THESIS_TABLE_4_1[:table_rows]:
+        n = row.n_users
+        # the seed's own L (its rounding), not from_error's ceil
+        template = CountMinSketch(SEED_DEPTH, row.sketch_size // SEED_DEPTH, seed=seed)
         users = [
             user_sketch(population.items_of(u), population.n_items, template)
             for u in range(n)
         ]
         start = time.perf_counter()
-        result = aggregate_sketches(users, seed=seed, modulus_bits=32)
+        # the seed's scheme: Table 4.1's wire format
+        result = aggregate_sketches(users, seed=seed, modulus_bits=32, mode="thesis")
         wall = time.perf_counter() - start
         plain = template.with_table(sum(u.table.astype(np.int64) for u in users))
         proto = result.protocol
@@ -265,10 +259,11 @@ def _masked_aggregation_table(
             {
                 "n_users": n,
                 "sketch_size": template.size,
+                "from_error_sketch_size": row.from_error_sketch_size,
                 "user_to_tally_bytes": proto.bytes_up["upload"] // n,
-                "thesis_user_to_tally_bytes": thesis_up,
+                "thesis_user_to_tally_bytes": row.user_to_tally_bytes,
                 "tally_to_user_bytes": proto.bytes_down["keys"] // n,
-                "thesis_tally_to_user_bytes": thesis_down,
+                "thesis_tally_to_user_bytes": row.tally_to_user_bytes,
                 "masked_equals_plain": bool(result.sketch == plain),
                 "mask_per_user_s": proto.seconds["mask_per_user"],
                 "tally_sum_s": proto.seconds["server_sum"],

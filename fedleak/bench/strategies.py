@@ -10,6 +10,12 @@ the first block and fedleak's one-off partition-id query), the same for every
 strategy. The report gives each strategy's median round time and its ratio to
 FedAvg's median.
 
+The simulation runs on the engine of the experiment setting ``[federation]
+engine`` (default ``"fedleak"``: replies wake the server, ``poll_interval``
+is only the fallback; :mod:`fedleak.experiments.engine`), so the ratios
+measure the strategies, not Flower's 0.1 s polls; ``engine="flower"`` runs
+Flower's engine as shipped. The record states the engine and poll used.
+
 Compared:
 
 ``sync-sgd``
@@ -25,8 +31,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
@@ -37,6 +44,13 @@ from rich.table import Table
 from fedleak.clients import make_honest_client_app, secagg_mod
 from fedleak.errors import ConfigError, FedleakError
 from fedleak.experiments.config import ExperimentConfig, validate
+from fedleak.experiments.engine import (
+    FLOWER_POLL_INTERVAL,
+    EngineGrid,
+    engine_active,
+    fast_engine,
+    simulation_backend_config,
+)
 from fedleak.experiments.runner import preflight, quiet_flower
 from fedleak.experiments.server import initial_arrays
 from fedleak.strategies import ModelAveraging, SyncSGD
@@ -89,9 +103,19 @@ def run_strategy_bench(
     blocks: int = 3,
     dataset: str = "digits",
     seed: int = 0,
+    engine: Literal["fedleak", "flower"] = "fedleak",
+    poll_interval: float | None = None,
     verbose: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark and write its JSON report to ``out`` (atomically).
+
+    Parameters
+    ----------
+    engine : {"fedleak", "flower"}, default="fedleak"
+        The simulation engine (the experiment setting ``federation.engine``).
+    poll_interval : float, optional
+        fedleak's engine: fallback seconds between polls (default: the
+        experiment setting's default).
 
     Returns
     -------
@@ -108,7 +132,11 @@ def run_strategy_bench(
             "rounds": rounds,
             "data": {"dataset": dataset},
             "strategy": {"name": "sync-sgd", "learning_rate": 0.05},
-            "federation": {"num_clients": clients},
+            "federation": {
+                "num_clients": clients,
+                "engine": engine,
+                **({} if poll_interval is None else {"poll_interval": poll_interval}),
+            },
         },
         "bench settings",
         "bench-strategies",
@@ -121,12 +149,19 @@ def run_strategy_bench(
     timers = {name: _RoundTimer() for name in strategies}
     names = list(strategies)
     train_config = config.task().to_config()
+    fast = config.federation.engine == "fedleak"
+    poll = config.federation.poll_interval if fast else FLOWER_POLL_INTERVAL
+    engine_used: dict[str, Any] = {"engine": config.federation.engine}
     started = time.perf_counter()
 
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
+        # no timing records: the honest ClientApp gets exactly what Flower sends
+        grid = EngineGrid(grid, poll, timing=False)
+        engine_used["poll_interval"] = grid.poll_interval
+        engine_used["wake_ups"] = grid.in_memory and engine_active()
         arrays = initial_arrays(config)
         for block in range(blocks):
             order = names[block % len(names) :] + names[: block % len(names)]
@@ -141,15 +176,17 @@ def run_strategy_bench(
                     evaluate_fn=timers[name],
                 )
 
-    with quiet_flower(verbose):
+    running: AbstractContextManager[bool] = (
+        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
+    )
+    with quiet_flower(verbose), running:
         run_simulation(
             server_app=server_app,
             client_app=make_honest_client_app(mods=[secagg_mod]),
             num_supernodes=clients,
-            backend_config={
-                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"include_dashboard": False, "log_to_driver": verbose},
-            },
+            backend_config=simulation_backend_config(
+                config.federation.cpus_per_client, inline=fast, verbose=verbose
+            ),
             verbose_logging=verbose,
         )
     results: dict[str, dict[str, Any]] = {
@@ -173,6 +210,7 @@ def run_strategy_bench(
                 "batch_size": config.client.batch_size,
                 "dropped": "round 1 of every start() call",
             },
+            "engine": engine_used,
             "strategies": results,
             "ratios_vs_fedavg": {
                 name: stats["median_round_s"] / base for name, stats in results.items()
@@ -194,6 +232,9 @@ def command(
     dataset: Annotated[
         str, typer.Option(help="digits, fashion-mnist or mnist.")
     ] = "digits",
+    engine: Annotated[
+        str, typer.Option(help="Simulation engine: fedleak (default) or flower.")
+    ] = "fedleak",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
     """Time rounds of SyncSGD and ModelAveraging vs Flower's FedAvg, same simulation."""
@@ -203,6 +244,7 @@ def command(
         rounds=rounds,
         blocks=blocks,
         dataset=dataset,
+        engine="flower" if engine == "flower" else _check_engine(engine),
         verbose=verbose,
     )
     table = Table("strategy", "median round (s)", "x FedAvg", "rounds timed")
@@ -214,4 +256,16 @@ def command(
             str(len(stats["round_s"])),
         )
     console.print(table)
+    used = report["engine"]
+    console.print(
+        f"engine {used['engine']}, poll {used['poll_interval']} s, "
+        f"wake-ups {used.get('wake_ups')}",
+        highlight=False,
+    )
     written(out)
+
+
+def _check_engine(engine: str) -> Literal["fedleak"]:
+    if engine != "fedleak":
+        raise ConfigError(f"--engine must be fedleak or flower, got {engine!r}")
+    return "fedleak"

@@ -24,7 +24,7 @@ from ..errors import ConfigError, ProtocolError
 from .client import ClientGuards, ClientSession
 from .constants import Mode
 from .fixed_point import FixedPoint
-from .server import ServerSession
+from .server import AggregationRound, RoundResult, ServerSession
 from .settings import ProtocolSettings
 
 __all__ = [
@@ -176,21 +176,9 @@ def secure_sum(
         sizes differ, an id is out of range, the settings could never decrypt
         a group of these users, or the fixed point code may overflow.
     """
-    if seed is not None and secure_mode:
-        raise ConfigError(
-            "secure_sum got a seed with secure_mode=True: seeding is refused "
-            "in secure_mode."
-        )
-    if isinstance(round, bool) or not isinstance(round, int) or round < 1:
-        raise ConfigError(f"round must be an integer >= 1, got {round!r}.")
-    n = len(inputs)
-    if n < 1:
-        raise ConfigError("secure_sum needs at least one input.")
-    vectors = [np.asarray(x) for x in inputs]
-    shape = vectors[0].shape
-    length = vectors[0].size
-    if length < 1 or any(v.size != length for v in vectors):
-        raise ConfigError("inputs must be non-empty vectors of one size.")
+    _check_call(seed, secure_mode, round)
+    vectors, shape = _check_inputs(inputs)
+    n = len(vectors)
     gone = _id_set(drop, "drop", n)
     silent = _id_set(drop_during_recovery, "drop_during_recovery", n) - gone
     tardy = _id_set(late, "late", n) - gone
@@ -198,7 +186,50 @@ def secure_sum(
         mode=mode, min_online=min_online, threshold=threshold, group_size=group_size
     )
     settings.check_count(n, f"{n} input(s)")
+    clients, aggregation = _open_round(
+        settings, n, vectors[0].size, fixed_point, seed=seed, round=round
+    )
+    uploads = _upload_stage(aggregation, clients, vectors, fixed_point, gone, tardy)
+    unmask_times = _unmask_stage(aggregation, clients, silent)
+    return _result(
+        aggregation.finish(), shape, fixed_point, gone, uploads, unmask_times, mode
+    )
 
+
+def _check_call(seed: int | None, secure_mode: bool, round: int) -> None:
+    """Refuse a seed in secure mode and a round number below 1."""
+    if seed is not None and secure_mode:
+        raise ConfigError(
+            "secure_sum got a seed with secure_mode=True: seeding is refused "
+            "in secure_mode."
+        )
+    if isinstance(round, bool) or not isinstance(round, int) or round < 1:
+        raise ConfigError(f"round must be an integer >= 1, got {round!r}.")
+
+
+def _check_inputs(
+    inputs: Sequence[np.ndarray],
+) -> tuple[list[np.ndarray], tuple[int, ...]]:
+    """Return the inputs as arrays and their common shape (checked)."""
+    if len(inputs) < 1:
+        raise ConfigError("secure_sum needs at least one input.")
+    vectors = [np.asarray(x) for x in inputs]
+    length = vectors[0].size
+    if length < 1 or any(v.size != length for v in vectors):
+        raise ConfigError("inputs must be non-empty vectors of one size.")
+    return vectors, vectors[0].shape
+
+
+def _open_round(
+    settings: ProtocolSettings,
+    n: int,
+    length: int,
+    fixed_point: FixedPoint,
+    *,
+    seed: int | None,
+    round: int,
+) -> tuple[list[ClientSession], AggregationRound]:
+    """Start ``n`` client sessions, register their keys and open the round."""
     server = ServerSession(settings, seed=seed)
     server.round = round - 1
     key_rng = None if seed is None else np.random.default_rng([seed, _KEY_STREAM])
@@ -213,11 +244,28 @@ def secure_sum(
         # groups as assign_groups(range(n), group_size, seed) always made them
         rng=np.random.default_rng(seed),
     )
-    groups = [list(g.members) for g in aggregation.groups]
-    fixed_point.check_capacity(max(len(g) for g in groups))
+    fixed_point.check_capacity(max(len(g.members) for g in aggregation.groups))
+    return clients, aggregation
 
+
+@dataclass
+class _Uploads:
+    """What the upload stage leaves: per-user masking times, clipped entries."""
+
+    mask_times: list[float]
+    clipped: int
+
+
+def _upload_stage(
+    aggregation: AggregationRound,
+    clients: list[ClientSession],
+    vectors: list[np.ndarray],
+    fixed_point: FixedPoint,
+    gone: set[int],
+    tardy: set[int],
+) -> _Uploads:
+    """Encode and mask every upload, fix the online set, then offer late ones."""
     mask_times: list[float] = []
-    unmask_times: list[float] = []
     clipped = 0
     held_back = []
     for i in aggregation.members:
@@ -238,6 +286,14 @@ def secure_sum(
     for i, reply in held_back:
         with contextlib.suppress(ProtocolError):  # refused: it is late
             aggregation.add_upload(i, reply)
+    return _Uploads(mask_times, clipped)
+
+
+def _unmask_stage(
+    aggregation: AggregationRound, clients: list[ClientSession], silent: set[int]
+) -> list[float]:
+    """Answer every unmask request except the silent users'; return the times."""
+    unmask_times: list[float] = []
     for node, request in aggregation.unmask_requests().items():
         if node in silent:
             continue
@@ -245,9 +301,24 @@ def secure_sum(
         reply = clients[node].unmask(request)
         unmask_times.append(time.perf_counter() - start)
         aggregation.add_unmask(node, reply)
-    outcome = aggregation.finish()
+    return unmask_times
 
-    total = np.zeros(length, dtype=np.float64)
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _result(
+    outcome: RoundResult,
+    shape: tuple[int, ...],
+    fixed_point: FixedPoint,
+    gone: set[int],
+    uploads: _Uploads,
+    unmask_times: list[float],
+    mode: Mode,
+) -> LocalResult:
+    """Decode the released group sums and account the round."""
+    total = np.zeros(int(np.prod(shape)), dtype=np.float64)
     for group in outcome.groups:
         if group.total is not None:
             total += fixed_point.decode(group.total)
@@ -256,20 +327,18 @@ def secure_sum(
         total=total.reshape(shape),
         online=sorted(n for g in outcome.groups for n in g.online),
         dropped=sorted(gone | set(outcome.late)),
-        clipped=clipped,
+        clipped=uploads.clipped,
         bytes_up=outcome.bytes_up,
         bytes_down=outcome.bytes_down,
         seconds={
-            "mask_per_user": statistics.median(mask_times) if mask_times else 0.0,
+            "mask_per_user": _median(uploads.mask_times),
             "server_sum": outcome.seconds["upload"],
-            "unmask_per_user": (
-                statistics.median(unmask_times) if unmask_times else 0.0
-            ),
+            "unmask_per_user": _median(unmask_times),
             "server_unmask": server_unmask,
             "recover": sum(unmask_times) + server_unmask,
         },
         failed_groups=outcome.failed_groups,
-        groups=groups,
+        groups=[list(g.members) for g in outcome.groups],
         included=outcome.contributors,
         mode=mode,
         late=sorted(outcome.late),
