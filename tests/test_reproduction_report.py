@@ -1,0 +1,148 @@
+"""``fedleak bench report``: REPRODUCTION.md is current, and its verdict rules judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedleak.bench import find_benchmark
+from fedleak.bench.report import load_records, render_report
+from fedleak.bench.seed_claims import CLAIMS, assess, monotone
+from fedleak.errors import DataError
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _claim(row: str) -> Any:
+    return next(c for c in CLAIMS if c.row == row)
+
+
+def test_committed_report_matches_the_records(tmp_path):
+    """Regenerate from benchmarks/*.json; fails when REPRODUCTION.md is stale."""
+    text, judged = render_report(load_records(BENCHMARKS))
+    committed = (BENCHMARKS / "REPRODUCTION.md").read_text(encoding="utf-8")
+    (tmp_path / "REPRODUCTION.md").write_text(text, encoding="utf-8")
+    assert committed == text, "run `fedleak bench report` and commit the result"
+    assert len(judged) == len(CLAIMS)
+    assert all(f.verdict != "no record" for _, f in judged)
+
+
+def test_report_is_registered_as_a_benchmark():
+    assert find_benchmark("report").module == "report"
+
+
+def test_a_missing_record_gives_no_record():
+    finding = assess(_claim("000 Fig. 7.6"), {})
+    assert finding.verdict == "no record"
+    assert "property-active" in finding.reason
+
+
+def test_a_broken_record_is_named(tmp_path):
+    (tmp_path / "x.json").write_text("{", encoding="utf-8")
+    with pytest.raises(DataError, match=r"x\.json"):
+        load_records(tmp_path)
+
+
+def test_monotone_respects_the_tolerance():
+    assert monotone([0.8, 0.85, 0.84, 0.9], increasing=True, tol=0.01)
+    assert not monotone([0.8, 0.85, 0.83, 0.9], increasing=True, tol=0.01)
+    assert monotone([0.9, 0.8, 0.7], increasing=False)
+
+
+def _active(aucs: list[float], accuracy: float) -> dict[str, Any]:
+    runs = [
+        {"params": {"alpha": a}, "auc": auc, "test_accuracy": accuracy}
+        for a, auc in zip([0.0, 0.3, 0.6, 0.9], aucs, strict=True)
+    ]
+    return {
+        "property-active": {
+            "runs": runs,
+            "scale": {"rounds": 3000, "thesis_iterations": 3000},
+            "quick": False,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("aucs", "accuracy", "verdict"),
+    [
+        ([0.83, 0.85, 0.85, 0.90], 0.8, "reproduced"),
+        ([0.83, 0.85, 0.85, 0.90], 0.2, "partly"),  # undertrained model
+        ([0.68, 0.86, 0.84, 0.80], 0.8, "partly"),  # the old non-monotone record
+        ([0.90, 0.85, 0.80, 0.70], 0.8, "not reproduced"),
+    ],
+)
+def test_fig_7_6_rule(aucs, accuracy, verdict):
+    assert assess(_claim("000 Fig. 7.6"), _active(aucs, accuracy)).verdict == verdict
+
+
+def _share(aucs: list[float]) -> dict[str, Any]:
+    rows = [
+        {
+            "table": "share_fraction",
+            "setting": s,
+            "property_auc": a,
+            "model_accuracy": 0.9,
+            "model_auc": 0.95,
+            "rounds": 100,
+        }
+        for s, a in zip([0.01, 0.1, 0.5, 1.0], aucs, strict=True)
+    ]
+    return {"defenses": {"rows": rows, "setup": {"num_train": 10}}}
+
+
+@pytest.mark.parametrize(
+    ("aucs", "verdict"),
+    [
+        ([0.70, 0.84, 0.86, 0.93], "reproduced"),
+        ([0.754, 0.767, 0.768, 0.768], "not reproduced"),  # the old flat record
+        ([0.70, 0.90, 0.80, 0.93], "partly"),
+    ],
+)
+def test_table_7_5_rule(aucs, verdict):
+    assert assess(_claim("000 Table 7.5"), _share(aucs)).verdict == verdict
+
+
+def test_fig_4_5a_rule_reads_the_overestimate():
+    true = [1000.0 - i for i in range(50)]
+    close = {
+        "users": 10,
+        "sketch_size": 4896,
+        "true": true,
+        "estimated": [t * 1.01 for t in true],
+        "estimated_count_mean_min": true,
+    }
+    far = {**close, "estimated": [t * 1.85 for t in true]}
+    for fig, verdict in ((close, "reproduced"), (far, "partly")):
+        records = {"sketches": {"recommender": {"fig_4_5a": fig}}}
+        finding = assess(_claim("000 Fig. 4.5(a)"), records)
+        assert finding.verdict == verdict
+    assert (
+        "+85%"
+        in assess(
+            _claim("000 Fig. 4.5(a)"), {"sketches": {"recommender": {"fig_4_5a": far}}}
+        ).reason
+    )
+
+
+def test_fig_7_9_needs_the_k2_to_k3_join_to_count_as_reproduced():
+    def record(join_model: str | None) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "median_score_before": 0.1,
+            "median_score_after": 0.9,
+        }
+        if join_model is not None:
+            summary["join_model"] = join_model
+        return {
+            "property-join": {
+                "summary": summary,
+                "scale": {},
+                "runs": [{"test_accuracy": 0.8}],
+            }
+        }
+
+    claim = _claim("000 Fig. 7.9")
+    assert assess(claim, record("K=2->3")).verdict == "reproduced"
+    assert assess(claim, record(None)).verdict == "partly"
