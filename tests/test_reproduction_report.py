@@ -146,3 +146,30 @@ def test_fig_7_9_needs_the_k2_to_k3_join_to_count_as_reproduced():
     claim = _claim("000 Fig. 7.9")
     assert assess(claim, record("K=2->3")).verdict == "reproduced"
     assert assess(claim, record(None)).verdict == "partly"
+
+
+def _rounds(absent: float | None) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "window": {
+            "auc": 0.95,
+            "median_score_inside": 0.8,
+            "median_score_outside": 0.3,
+        },
+    }
+    if absent is not None:
+        summary["absent"] = {"median_score": absent, "max_score": absent}
+    return {
+        "property-rounds": {
+            "summary": summary,
+            "scale": {},
+            "runs": [{"label": "window", "test_accuracy": 0.8}],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("absent", "verdict"),
+    [(0.1, "reproduced"), (0.5, "partly"), (None, "partly")],
+)
+def test_fig_7_5_needs_a_low_scoring_absent_property(absent, verdict):
+    assert assess(_claim("000 Fig. 7.5"), _rounds(absent)).verdict == verdict

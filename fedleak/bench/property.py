@@ -19,7 +19,8 @@ Experiments (thesis figure in brackets):
 ``fraction``
     AUC vs the fraction of the batch with the property (Fig. 7.4);
 ``rounds``
-    per-round scores when the property occurs only in some rounds (Fig. 7.5);
+    per-round scores when the property occurs only in some rounds (Fig. 7.5),
+    and of a run whose target never has it (``absent``, the seed's ID 2);
 ``active``
     AUC vs alpha of the active attack (Fig. 7.6);
 ``multi-party``
@@ -349,9 +350,19 @@ def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[st
     rows = [_run(s, "rounds", "window", overrides, {})]
     if s.secagg:
         rows.append(_run(s, "rounds", "window-secagg", overrides, {}, secagg=True))
+    # the seed's third classifier (Fig. 7.5(b), ID 2): a property the target
+    # never has; the same classifier scores a run whose target never uses a
+    # record with it, and should score low in every round
+    absent = _run(s, "rounds", "absent", [*overrides, "target.control=true"], {})
     config = load_config(_config_path("rounds"), overrides)
     window = list(config.target.property_rounds)
-    summary: dict[str, Any] = {"property_rounds": window}
+    summary: dict[str, Any] = {
+        "property_rounds": window,
+        "absent": {
+            "median_score": statistics.median(absent["series"]["scores"]),
+            "max_score": max(absent["series"]["scores"]),
+        },
+    }
     for row in rows:
         xs, ys = row["series"]["rounds"], row["series"]["scores"]
         inside = [y for x, y in zip(xs, ys, strict=True) if window[0] <= x < window[1]]
@@ -363,6 +374,7 @@ def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[st
             "median_score_inside": statistics.median(inside) if inside else None,
             "median_score_outside": statistics.median(outside) if outside else None,
         }
+    rows.append(absent)
     plot = _plot_series(
         s, "rounds", "score per round (property in window)", rows, window
     )

@@ -178,11 +178,18 @@ def _fig_7_5(records: Records) -> Finding:
     window = rec["summary"]["window"]
     inside, outside = window["median_score_inside"], window["median_score_outside"]
     auc = window["auc"]
-    labels = {r["label"] for r in rec["runs"]}
-    absent = "absent" in labels
+    absent_scores = rec["summary"].get("absent")
+    absent = absent_scores is not None and absent_scores["median_score"] <= outside
     if auc >= 0.9 and inside > outside + 0.2 and absent:
         verdict: Verdict = "reproduced"
         reason = "scores high inside the window, low outside and for the absent ID"
+    elif auc >= 0.9 and inside > outside + 0.2 and absent_scores is not None:
+        verdict = "partly"
+        reason = (
+            "window clearly visible; the never-present property scores "
+            f"{_f(absent_scores['median_score'], 2)} (median), above the "
+            "window's outside"
+        )
     elif auc >= 0.9 and inside > outside + 0.2:
         verdict = "partly"
         reason = (
@@ -193,9 +200,14 @@ def _fig_7_5(records: Records) -> Finding:
         verdict, reason = "not reproduced", "window not visible in the scores"
     accs = _accuracies(rec["runs"], "test_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
+    absent_text = (
+        f"; absent property {_f(absent_scores['median_score'], 2)}"
+        if absent_scores is not None
+        else ""
+    )
     return Finding(
         f"AUC {_f(auc)}; median score inside / outside {_f(inside, 2)} / "
-        f"{_f(outside, 2)}",
+        f"{_f(outside, 2)}{absent_text}",
         _utility(accs),
         _property_scale(rec),
         verdict,
