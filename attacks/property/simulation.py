@@ -30,7 +30,7 @@ from fedleak.attacks.membership.simulation import (
 
 from fedleak.data.text import TextDataset
 from fedleak.defenses import EMBEDDING_KEY
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, DataError
 from fedleak.training import batch_gradient, set_arrays
 
 from .classifier import BatchPropertyClassifier, gradient_features, single_batch_auc
@@ -111,6 +111,7 @@ def simulate_property(
     seed: int,
     aux_batches: int = 1,
     features: str = "bow",
+    emulate_defenses: bool = False,
 ) -> float:
     """Single-batch property inference AUC in two-party synchronized SGD.
 
@@ -132,6 +133,11 @@ def simulate_property(
         ``2 * aux_batches * rounds`` examples.
     features : {"embedding", "max", "bow"}, default="bow"
         The classifier's features and model (:data:`FEATURES`).
+    emulate_defenses : bool, default=False
+        The adversary computes its auxiliary gradients with the target's
+        defenses (its DP noise, top fraction, vocabulary, dropout), as it
+        emulates the collaborative training it observes (Ch. 7.2.7); without
+        it the classifier is trained on undefended gradients only.
 
     Returns
     -------
@@ -143,6 +149,9 @@ def simulate_property(
     ConfigError
         If ``aux_batches < 1``, ``features`` is unknown, ``has_property``
         does not match the records or a property pool is smaller than a batch.
+    DataError
+        If the joint model diverges (a defense's noise can make it): the
+        updates are then NaN and any score of them would be an artefact.
     """
     if features not in FEATURES:
         raise ConfigError(f"features must be one of {FEATURES}, got {features!r}")
@@ -184,10 +193,23 @@ def simulate_property(
             for aux_prop in (True, False):
                 for _ in range(aux_batches):
                     aux = pick("adversary", aux_prop)
-                    g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
+                    if emulate_defenses:
+                        g_aux = setup.defenses.gradient(
+                            model,
+                            x_all[aux],
+                            y_all[aux],
+                            seed=int(noise_rng.integers(2**62)),
+                        )
+                    else:
+                        g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
                     aux_x.append(property_features(g_aux, features))
                     aux_y.append(int(aux_prop))
         new = server_step(params, [g_target, g_adv], setup, noise_rng)
+        if not all(np.isfinite(v).all() for v in new.values()):
+            raise DataError(
+                f"the joint model diverged in round {t + 1} (non-finite "
+                "parameters): there is no update left to score"
+            )
         observed.append(
             property_features(
                 _others_update(params, new, g_adv, setup.learning_rate), features

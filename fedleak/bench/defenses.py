@@ -78,7 +78,7 @@ from fedleak.attacks.property.simulation import simulate_property
 from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_atomic
 
 from .console import fmt, say, written
@@ -162,6 +162,32 @@ def _dataset(quick: bool, seed: int) -> tuple[TextDataset, np.ndarray]:
     return data, top_region
 
 
+def _property_auc(
+    data: TextDataset,
+    top_region: np.ndarray,
+    setup: MembershipSetup,
+    rounds: int,
+    seed: int,
+    *,
+    emulate: bool,
+) -> tuple[float | None, str | None]:
+    """Return the property AUC, or None and why when the joint model diverged."""
+    try:
+        auc = simulate_property(
+            data,
+            top_region,
+            setup,
+            rounds=rounds,
+            seed=seed,
+            aux_batches=AUX_BATCHES,
+            features=PROPERTY_FEATURES,
+            emulate_defenses=emulate,
+        )
+    except DataError as err:  # the defense's noise made the model diverge
+        return None, str(err)
+    return auc, None
+
+
 def _row(
     table: str,
     setting: float | int | None,
@@ -174,14 +200,15 @@ def _row(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     outcome: SimulationOutcome = simulate_membership(data, setup, seed=seed)
-    auc = simulate_property(
-        data,
-        top_region,
-        setup,
-        rounds=property_rounds,
-        seed=seed,
-        aux_batches=AUX_BATCHES,
-        features=PROPERTY_FEATURES,
+    auc, note = _property_auc(
+        data, top_region, setup, property_rounds, seed, emulate=False
+    )
+    # Alg. 7 trains f_prop on the adversary's plain gradients; under DP noise
+    # a DP-aware adversary would add the same noise to them (emulation)
+    emulated = (
+        _property_auc(data, top_region, setup, property_rounds, seed, emulate=True)[0]
+        if table == "record_dp"
+        else None
     )
     return {
         "table": table,
@@ -190,6 +217,8 @@ def _row(
         "membership_recall": outcome.scores.recall,
         "mean_bag_size": outcome.scores.mean_bag_size,
         "property_auc": auc,
+        "property_note": note,
+        "property_auc_dp_aware": emulated,
         "model_accuracy": outcome.accuracy,
         "model_auc": outcome.auc,
         "record_epsilon": outcome.record_epsilon,
@@ -255,7 +284,8 @@ def _plot(path: Path, rows: list[dict[str, Any]], tables: Sequence[str]) -> None
             ("property_auc", "s"),
             ("model_auc", "^"),
         ):
-            ax.plot(x, [r[key] for r in mine], marker=marker, label=key)
+            values = [np.nan if r[key] is None else r[key] for r in mine]
+            ax.plot(x, values, marker=marker, label=key)
         ax.set_xticks(x, labels, fontsize=7)
         ax.set_ylim(0, 1.05)
         ax.set_title(table, fontsize=9)
@@ -361,7 +391,7 @@ def _run(
                 f"{table}={setting}: membership precision "
                 f"{row['membership_precision']:.3f} recall "
                 f"{row['membership_recall']:.3f}, property AUC "
-                f"{row['property_auc']:.3f}, model AUC {row['model_auc']:.3f}"
+                f"{fmt(row['property_auc'])}, model AUC {row['model_auc']:.3f}"
                 + (f", epsilon {eps:.3g}" if eps is not None else "")
                 + f" ({row['wall_s']:.1f} s)"
             )

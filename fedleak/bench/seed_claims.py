@@ -503,26 +503,37 @@ def _ch_7_3_4(records: Records) -> Finding:
     record_dp = _defense_rows(records, "record_dp")
     part_dp = _defense_rows(records, "participant_dp")
     mem = [float(r["membership_precision"]) for r in record_dp]
-    prop = [float(r["property_auc"]) for r in record_dp]
+    prop = [r["property_auc"] for r in record_dp]
+    aware = [r.get("property_auc_dp_aware") for r in record_dp]
+    best = [
+        max(v for v in (p, a) if v is not None) if (p, a) != (None, None) else 0.0
+        for p, a in zip(prop, aware, strict=True)
+    ]
     bounds_membership = max(mem) <= 0.6
-    keeps_property = min(prop) >= 0.6
+    keeps_property = min(best) >= 0.6
     if bounds_membership and keeps_property:
         verdict: Verdict = "reproduced"
         reason = "record-level DP stops membership, not property inference"
     elif bounds_membership:
         verdict = "partly"
         reason = (
-            "record-level DP stops membership; the property AUC "
-            f"{_series(prop)} contradicts the seed's 'does not prevent property "
-            "inference'"
+            "record-level DP stops membership; property AUC at most "
+            f"{_f(max(best))} (also for a DP-aware adversary), against the "
+            "seed's 'does not prevent property inference' (a statement, not a "
+            "measurement, in the seed)"
         )
     else:
         verdict, reason = "not reproduced", "record-level DP leaves membership"
     accs = _accuracies([*record_dp, *part_dp], "model_accuracy")
+    aware_text = (
+        f" (DP-aware adversary {_series(aware)})"
+        if any(a is not None for a in aware)
+        else ""
+    )
     return Finding(
-        f"record DP: precision {_series(mem)}, property AUC {_series(prop)}; "
-        f"participant DP: property AUC "
-        f"{_series([float(r['property_auc']) for r in part_dp])}",
+        f"record DP: precision {_series(mem)}, property AUC {_series(prop)}"
+        f"{aware_text}; participant DP: property AUC "
+        f"{_series([r['property_auc'] for r in part_dp])}",
         _utility(accs, "model acc"),
         _defenses_scale(records),
         verdict,
