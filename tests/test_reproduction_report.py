@@ -173,3 +173,29 @@ def _rounds(absent: float | None) -> dict[str, Any]:
 )
 def test_fig_7_5_needs_a_low_scoring_absent_property(absent, verdict):
     assert assess(_claim("000 Fig. 7.5"), _rounds(absent)).verdict == verdict
+
+
+def test_fig_4_5a_reason_reports_the_skew_measurement():
+    true = [1000.0 - i for i in range(50)]
+    fig = {
+        "users": 10,
+        "sketch_size": 4896,
+        "true": true,
+        "estimated": [t * 1.85 for t in true],
+        "zipf_exponent_sensitivity": {
+            "users": 100,
+            "1.0": {
+                "median_relative_overestimate": 0.85,
+                "top50_share_of_coviews": 0.18,
+            },
+            "2.0": {
+                "median_relative_overestimate": 0.02,
+                "top50_share_of_coviews": 0.80,
+            },
+        },
+    }
+    finding = assess(
+        _claim("000 Fig. 4.5(a)"), {"sketches": {"recommender": {"fig_4_5a": fig}}}
+    )
+    assert finding.verdict == "not reproduced"
+    assert "2.0: +2% (top 50 hold 80% of co-views)" in finding.reason
