@@ -671,8 +671,8 @@ def _fig_4_8(records: Records) -> Finding:
             )
         reason += (
             "; on bursty stand-ins (" + "; ".join(parts) + ") the optimum moves "
-            "down but not to the lowest alpha: the 24-slot EWMA with the seed's "
-            "unnormalised weights averages over the daily cycle"
+            "down but not to the lowest alpha: at low alpha the 24-slot EWMA "
+            "averages over the stand-in's daily cycle"
         )
     means = [statistics.mean(mae[a]) for a in alphas]
     return Finding(
