@@ -199,3 +199,32 @@ def test_fig_4_5a_reason_reports_the_skew_measurement():
     )
     assert finding.verdict == "not reproduced"
     assert "2.0: +2% (top 50 hold 80% of co-views)" in finding.reason
+
+
+def _monte_carlo(hog: tuple[float, float], pca: tuple[float, float]) -> dict[str, Any]:
+    rows = [
+        {
+            "model": model,
+            "distance": distance,
+            "heuristic": "median",
+            "set_accuracy": acc,
+        }
+        for distance, pair in (("hog", hog), ("pca", pca))
+        for model, acc in zip(("vae", "gan"), pair, strict=True)
+    ]
+    mc = {"trials": 50, "rows": rows, "samples": 10, "set_size": 30}
+    return {"mi-generative-fashion-mnist": {"monte_carlo": mc}}
+
+
+@pytest.mark.parametrize(
+    ("hog", "pca", "verdict"),
+    [
+        ((0.84, 0.64), (1.00, 0.75), "reproduced"),  # the seed's own numbers
+        ((0.84, 0.64), (0.80, 0.88), "partly"),  # one tie (2 SE = 0.15)
+        ((0.80, 0.72), (0.80, 0.88), "not reproduced"),  # the landed record
+        ((0.84, 0.64), (0.60, 0.95), "not reproduced"),  # reversed
+    ],
+)
+def test_monte_carlo_rule_compares_per_distance_with_standard_errors(hog, pca, verdict):
+    finding = assess(_claim("004 Tables 4.5-4.6"), _monte_carlo(hog, pca))
+    assert finding.verdict == verdict
