@@ -9,7 +9,7 @@ import pytest
 
 from fedleak.bench import find_benchmark
 from fedleak.bench.report import load_records, render_report
-from fedleak.bench.seed_claims import CLAIMS, assess, monotone
+from fedleak.bench.seed_claims import CLAIMS, assess, auc_standard_error, monotone
 from fedleak.errors import DataError
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -90,19 +90,30 @@ def _share(aucs: list[float]) -> dict[str, Any]:
         }
         for s, a in zip([0.01, 0.1, 0.5, 1.0], aucs, strict=True)
     ]
-    return {"defenses": {"rows": rows, "setup": {"num_train": 10}}}
+    setup = {"num_train": 10, "property_rounds": 240}
+    return {"defenses": {"rows": rows, "setup": setup}}
 
 
 @pytest.mark.parametrize(
-    ("aucs", "verdict"),
+    ("aucs", "verdict", "words"),
     [
-        ([0.70, 0.84, 0.86, 0.93], "reproduced"),
-        ([0.754, 0.767, 0.768, 0.768], "not reproduced"),  # the old flat record
-        ([0.70, 0.90, 0.80, 0.93], "partly"),
+        ([0.60, 0.80, 0.88, 0.93], "reproduced", "falls"),
+        ([0.754, 0.767, 0.768, 0.768], "not reproduced", "flat"),  # old record
+        ([0.90, 0.80, 0.75, 0.70], "not reproduced", "rises"),
     ],
 )
-def test_table_7_5_rule(aucs, verdict):
-    assert assess(_claim("000 Table 7.5"), _share(aucs)).verdict == verdict
+def test_table_7_5_rule_weighs_the_change_against_its_standard_error(
+    aucs, verdict, words
+):
+    finding = assess(_claim("000 Table 7.5"), _share(aucs))
+    assert finding.verdict == verdict
+    assert words in finding.reason
+
+
+def test_auc_standard_error_is_hanley_mcneil():
+    # A = 0.5, 30 + 30 scores: q1 = q2 = 1/3, var = (0.25 + 58/12) / 900
+    assert auc_standard_error(0.5, 30, 30) == pytest.approx(0.07515, abs=1e-4)
+    assert auc_standard_error(0.9, 120, 120) < auc_standard_error(0.9, 30, 30)
 
 
 def test_fig_4_5a_rule_reads_the_overestimate():

@@ -43,11 +43,12 @@ __all__ = [
     "Records",
     "Verdict",
     "assess",
+    "auc_standard_error",
     "monotone",
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 1
+CLAIMS_VERSION: Final = 2
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -139,6 +140,27 @@ def _property_scale(record: Mapping[str, Any]) -> str:
         return "n/a"
     note = ", --quick" if record.get("quick") else ""
     return f"{rounds}/{seed} it. = {rounds / seed:.2f}{note}"
+
+
+def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
+    """Hanley and McNeil's (1982) standard error of a ROC AUC."""
+    q1 = auc / (2.0 - auc)
+    q2 = 2.0 * auc * auc / (1.0 + auc)
+    var = (
+        auc * (1.0 - auc)
+        + (positives - 1) * (q1 - auc * auc)
+        + (negatives - 1) * (q2 - auc * auc)
+    ) / (positives * negatives)
+    return math.sqrt(max(var, 0.0))
+
+
+def _difference_se(records: Records, a: float, b: float) -> float:
+    """Return the standard error of a difference of two defenses-bench AUCs."""
+    rounds = int(records["defenses"]["setup"]["property_rounds"])
+    half = max(rounds // 2, 1)
+    return math.hypot(
+        auc_standard_error(a, half, half), auc_standard_error(b, half, half)
+    )
 
 
 def _aucs(record: Mapping[str, Any]) -> list[float]:
@@ -426,15 +448,20 @@ def _table_7_5(records: Records) -> Finding:
     rows = _defense_rows(records, "share_fraction")
     shares = [float(r["setting"]) for r in rows]
     aucs = [float(r["property_auc"]) for r in rows]
-    spread = max(aucs) - min(aucs)
-    if monotone(aucs, increasing=True, tol=0.01) and spread >= 0.05:
+    drop = aucs[-1] - aucs[0]  # all shared minus the smallest share
+    se = _difference_se(records, aucs[-1], aucs[0])
+    if drop > 2 * se and monotone(aucs, increasing=True, tol=2 * se):
         verdict: Verdict = "reproduced"
-        reason = "AUC falls as less is shared, stays well above chance"
-    elif spread < 0.05:
+        reason = f"AUC falls by {_f(drop)} (> 2 SE = {_f(2 * se)}) as less is shared"
+    elif drop < -2 * se:
         verdict = "not reproduced"
-        reason = f"flat: AUC spread {_f(spread)} from {shares[0]:g} to 1.0 shared"
+        reason = f"AUC rises by {_f(-drop)} (> 2 SE = {_f(2 * se)}) as less is shared"
     else:
-        verdict, reason = "partly", "AUC changes with the share, not monotonically"
+        verdict = "not reproduced"
+        reason = (
+            f"flat: AUC {_f(aucs[-1])} at 100% vs {_f(aucs[0])} at {shares[0]:g}, "
+            f"within 2 SE = {_f(2 * se)} (seed: 0.93 vs 0.84)"
+        )
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
@@ -481,14 +508,19 @@ def _table_7_7(records: Records) -> Finding:
     aucs = [float(r["property_auc"]) for r in rows]
     model_auc = [float(r["model_auc"]) for r in rows]
     rise = aucs[-1] - aucs[0]
-    if monotone(aucs, increasing=True, tol=0.01) and rise >= 0.03:
+    se = _difference_se(records, aucs[-1], aucs[0])
+    if rise > 2 * se:
         verdict: Verdict = "reproduced"
-        reason = "attack AUC rises with dropout, model AUC slightly lower"
-    elif rise > -0.01:
+        reason = f"attack AUC rises by {_f(rise)} (> 2 SE = {_f(2 * se)}) with dropout"
+    elif rise >= -2 * se:
         verdict = "partly"
-        reason = f"dropout does not weaken the attack, but AUC is flat (+{_f(rise)})"
+        reason = (
+            f"dropout does not weaken the attack, but no rise beyond 2 SE = "
+            f"{_f(2 * se)} ({rise:+.3f})"
+        )
     else:
-        verdict, reason = "not reproduced", "dropout weakens the attack"
+        verdict = "not reproduced"
+        reason = f"dropout weakens the attack by {_f(-rise)} (> 2 SE)"
     return Finding(
         f"property AUC {_series(aucs)}; model AUC {_series(model_auc)} at p "
         f"{_series(ps, 1)}",
