@@ -51,9 +51,10 @@ def test_monotone_respects_the_tolerance():
     assert monotone([0.9, 0.8, 0.7], increasing=False)
 
 
-def _active(aucs: list[float], accuracy: float) -> dict[str, Any]:
+def _active(aucs: list[float], accuracy: float, rounds: int = 500) -> dict[str, Any]:
+    truth = [0.5 if r % 2 else 0.0 for r in range(rounds)]
     runs = [
-        {"params": {"alpha": a}, "auc": auc, "test_accuracy": accuracy}
+        {"params": {"alpha": a}, "auc": auc, "test_accuracy": accuracy, "truth": truth}
         for a, auc in zip([0.0, 0.3, 0.6, 0.9], aucs, strict=True)
     ]
     return {
@@ -68,10 +69,10 @@ def _active(aucs: list[float], accuracy: float) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("aucs", "accuracy", "verdict"),
     [
-        ([0.83, 0.85, 0.85, 0.90], 0.8, "reproduced"),
-        ([0.83, 0.85, 0.85, 0.90], 0.2, "partly"),  # undertrained model
-        ([0.68, 0.86, 0.84, 0.80], 0.8, "partly"),  # the old non-monotone record
-        ([0.90, 0.85, 0.80, 0.70], 0.8, "not reproduced"),
+        ([0.80, 0.85, 0.84, 0.90], 0.8, "reproduced"),  # a dip within 1 SE
+        ([0.80, 0.85, 0.85, 0.90], 0.2, "partly"),  # undertrained model
+        ([0.68, 0.86, 0.84, 0.70], 0.8, "partly"),  # peaks, then falls back
+        ([0.86, 0.85, 0.88, 0.87], 0.8, "not reproduced"),  # flat within noise
     ],
 )
 def test_fig_7_6_rule(aucs, accuracy, verdict):

@@ -237,19 +237,36 @@ def _fig_7_5(records: Records) -> Finding:
     )
 
 
+def _run_se(run: Mapping[str, Any]) -> float:
+    """Hanley-McNeil standard error of a property run's single-batch AUC."""
+    truth = [float(t) > 0 for t in run.get("truth", [])]
+    positives, negatives = sum(truth), len(truth) - sum(truth)
+    if not positives or not negatives or run.get("auc") is None:
+        return math.inf
+    return auc_standard_error(float(run["auc"]), positives, negatives)
+
+
 def _fig_7_6(records: Records) -> Finding:
     rec = records["property-active"]
     runs = sorted(rec["runs"], key=lambda r: r["params"]["alpha"])
     alphas = [r["params"]["alpha"] for r in runs]
     aucs = [float(r["auc"]) for r in runs]
-    if monotone(aucs, increasing=True, tol=0.01) and aucs[-1] > aucs[0]:
+    ses = [_run_se(r) for r in runs]
+    rise = aucs[-1] - aucs[0]
+    rise_se = math.hypot(ses[-1], ses[0])
+    step_se = max(math.hypot(a, b) for a, b in itertools.pairwise(ses))
+    if rise > 2 * rise_se and monotone(aucs, increasing=True, tol=step_se):
         verdict: Verdict = "reproduced"
-        reason = "AUC increases with alpha (within 0.01)"
-    elif max(aucs[1:]) > aucs[0]:
+        reason = (
+            f"AUC rises by {_f(rise)} (> 2 SE = {_f(2 * rise_se)}) from alpha 0 to "
+            f"{alphas[-1]:g}, no step down beyond 1 SE"
+        )
+    elif rise > 2 * rise_se or max(aucs[1:]) - aucs[0] > 2 * rise_se:
         verdict = "partly"
         reason = "the active attack beats the passive one, but not monotonically"
     else:
-        verdict, reason = "not reproduced", "no alpha > 0 beats the passive attack"
+        verdict = "not reproduced"
+        reason = f"no alpha beats the passive attack by 2 SE = {_f(2 * rise_se)}"
     accs = _accuracies(runs, "test_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
