@@ -125,6 +125,17 @@ def _utility(accs: Sequence[float], what: str = "test acc") -> str:
     return f"{what} {span}"
 
 
+def _plateau(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Say whether the runs' test accuracy had stopped rising (if recorded)."""
+    flags = [r["accuracy"]["plateau"] for r in runs if "accuracy" in r]
+    flags = [f for f in flags if f is not None]
+    if not flags:
+        return ""
+    if all(flags):
+        return " (plateau)"
+    return f" (still rising in {len(flags) - sum(flags)}/{len(flags)} runs)"
+
+
 def _gate(verdict: Verdict, reason: str, accs: Sequence[float]) -> tuple[Verdict, str]:
     """Cap ``reproduced`` at ``partly`` when the model behind it is undertrained."""
     if verdict == "reproduced" and (not accs or min(accs) < MIN_UTILITY):
@@ -188,7 +199,7 @@ def _fig_7_4(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"AUC {_series(aucs)} at fraction {_series(fractions, 1)}",
-        _utility(accs),
+        _utility(accs) + _plateau(runs),
         _property_scale(rec),
         verdict,
         reason,
@@ -230,7 +241,7 @@ def _fig_7_5(records: Records) -> Finding:
     return Finding(
         f"AUC {_f(auc)}; median score inside / outside {_f(inside, 2)} / "
         f"{_f(outside, 2)}{absent_text}",
-        _utility(accs),
+        _utility(accs) + _plateau(rec["runs"]),
         _property_scale(rec),
         verdict,
         reason,
@@ -271,7 +282,7 @@ def _fig_7_6(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"AUC {_series(aucs)} at alpha {_series(alphas, 1)}",
-        _utility(accs),
+        _utility(accs) + _plateau(runs),
         _property_scale(rec),
         verdict,
         reason,
@@ -294,7 +305,7 @@ def _fig_7_7(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"AUC {_series(aucs)} at K {' / '.join(map(str, ks))}",
-        _utility(accs),
+        _utility(accs) + _plateau(runs),
         _property_scale(rec) + f"; K <= {ks[-1]} vs 30",
         verdict,
         reason,
@@ -317,7 +328,7 @@ def _fig_7_8(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"trial AUC K=3 {_f(k3, 2)}, K=5 {_f(k5, 2)} ({s['trials']} trials per arm)",
-        _utility(accs),
+        _utility(accs) + _plateau(rec["runs"]),
         _property_scale(rec),
         verdict,
         reason,
@@ -344,7 +355,7 @@ def _fig_7_9(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"median score before / after join {_f(before, 2)} / {_f(after, 2)}",
-        _utility(accs),
+        _utility(accs) + _plateau(rec["runs"]),
         _property_scale(rec),
         verdict,
         reason,
@@ -372,7 +383,7 @@ def _table_7_3(records: Records) -> Finding:
     text = ", ".join(f"{k} {_f(v)}" for k, v in sorted(aucs.items()))
     return Finding(
         text,
-        _utility(accs),
+        _utility(accs) + _plateau(runs),
         _property_scale(records["property-two-party"]),
         verdict,
         reason,
