@@ -240,3 +240,28 @@ def _monte_carlo(hog: tuple[float, float], pca: tuple[float, float]) -> dict[str
 def test_monte_carlo_rule_compares_per_distance_with_standard_errors(hog, pca, verdict):
     finding = assess(_claim("004 Tables 4.5-4.6"), _monte_carlo(hog, pca))
     assert finding.verdict == verdict
+
+
+def test_fig_5_5_reason_cites_the_size_check_when_recorded():
+    def run(all_error: float) -> dict[str, Any]:
+        return {
+            "all": {"mean": all_error},
+            "any": {"mean": 0.3},
+            "avg_items_per_sample": 10.0,
+        }
+
+    fig = {
+        "records": 20000,
+        "avg_items_per_record": 11.0,
+        "dpgm": {"epochs": 3, "runs": {"k=1,eps=1": run(0.04)}},
+        "mwem": {"runs": {"1": {"all": {"mean": 0.04}}}},
+    }
+    records: dict[str, Any] = {"dpgm": {"fig_5_5": fig}}
+    claim = _claim("000 Fig. 5.5")
+    assert assess(claim, records).verdict == "partly"
+    assert "size" not in assess(claim, records).reason
+    records["dpgm-size"] = {
+        "fig_5_5_size": {"20000": {"dpgm_all": 0.0246}, "80000": {"dpgm_all": 0.0076}}
+    }
+    reason = assess(claim, records).reason
+    assert "0.0246 (20,000 records) -> 0.0076 (80,000 records)" in reason
