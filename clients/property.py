@@ -402,9 +402,10 @@ class ActivePropertyAdversary(PassivePropertyAdversary):
 
     ``L = (1 - alpha) * L(x, y; theta) + alpha * L(x', p; theta)``
 
-    where ``(x, y)`` is its honest batch and ``(x', p)`` an auxiliary batch
-    with property labels (half with, half without). **alpha weights the
-    property term**, so ``alpha = 0`` uploads exactly what
+    where, as in the seed, both terms use one auxiliary batch ``(x, y, p)``
+    with main and property labels (half with the property, half without;
+    ``x' = x``). **alpha weights the property term**; at ``alpha = 0`` the
+    adversary trains on its honest batch instead, so it uploads exactly what
     :class:`PassivePropertyAdversary` uploads (the seed's Fig. 7.6 calls
     alpha = 0 the passive attack; its formula puts alpha on the main term).
     Observation and scoring are the passive adversary's. Synchronized SGD
@@ -423,9 +424,11 @@ class ActivePropertyAdversary(PassivePropertyAdversary):
         head = self._head(model)
         server_round = _round_of(self.config)
         pools = auxiliary_pools(self.spec, self.partition_id)
-        x_p, _, p = pools.batch(
+        x_p, y_p, p = pools.batch(
             self.spec.batch_size, 0.5, self.rng(0xAC7, server_round)
         )
+        if settings.attack.alpha > 0.0:  # the seed's one batch (x, y, p)
+            x, y = x_p, y_p
         shared, head_grads, _ = multitask_gradient(
             model, head, (x, y), (x_p, p), settings.attack.alpha
         )

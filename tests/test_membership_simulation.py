@@ -16,6 +16,7 @@ from fedleak.attacks.membership.simulation import (
 
 from fedleak.data.checkins import checkin_dataset, synthetic_checkins
 from fedleak.data.text import TextDataset
+from fedleak.errors import ConfigError
 
 torch.set_num_threads(1)
 
@@ -104,3 +105,15 @@ def test_batch_walker_uses_every_record_once_per_epoch_in_even_batches(
         sizes = {b.size for b in batches}
         # no remainder batch of a single record: sizes differ by at most one
         assert max(sizes) - min(sizes) <= 1 and max(sizes) <= batch_size
+
+
+def test_iterations_override_the_epochs(small_checkins: TextDataset) -> None:
+    """The thesis trains a fixed 3,000 iterations; ``iterations`` sets the rounds."""
+    fixed = simulate_membership(
+        small_checkins, _setup(batch_size=80, iterations=7), seed=0
+    )
+    assert fixed.rounds == 7
+    by_epochs = simulate_membership(small_checkins, _setup(batch_size=80), seed=0)
+    assert by_epochs.rounds != 7
+    with pytest.raises(ConfigError, match="round"):
+        simulate_membership(small_checkins, _setup(iterations=0), seed=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from cli_process import run_fedleak
 from fedleak.attacks.property.scoring import analyse_run, load_truth
@@ -112,3 +113,22 @@ def test_quick_text_experiment_reports_top_words(tmp_path):
     assert report["summary"]["top_words"]["startrek"] == row["top_words"]
     assert report["config_file"] is None and report["scale"]["rounds"] == 12
     assert (tmp_path / "text-text-words.png").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.needs_fashion_mnist
+def test_quick_rounds_adds_a_run_whose_target_never_has_the_property(tmp_path):
+    """Fig. 7.5(b)'s third classifier: a property absent from the target's data."""
+    _fashion_mnist()
+    out = tmp_path / "rounds.json"
+    report = run_property_bench("rounds", out, quick=True, rounds=12)
+    runs = {r["label"]: r for r in report["runs"]}
+    assert set(runs) == {"window", "absent"}
+    truth = load_truth(tmp_path / runs["absent"]["run_dir"] / "target" / "truth.jsonl")
+    assert truth and all(v == 0 for v in truth.values())  # never in a batch
+    window = load_truth(tmp_path / runs["window"]["run_dir"] / "target" / "truth.jsonl")
+    assert any(v > 0 for v in window.values())
+    absent = report["summary"]["absent"]
+    scores = runs["absent"]["series"]["scores"]
+    assert absent["median_score"] == pytest.approx(float(np.median(scores)))
+    assert absent["max_score"] == max(scores)

@@ -14,6 +14,7 @@ from fedleak.attacks.property.gradients import (
     derive_averaging_aggregate,
     derive_sgd_aggregate,
     emulated_sgd_pair,
+    last_linear,
     multitask_gradient,
     summed_batch_gradient,
 )
@@ -274,28 +275,37 @@ def test_alpha_zero_reproduces_the_passive_uploads_exactly(tmp_path):
     assert not np.allclose(pushed[0]["net.1.weight"], passive[0]["net.1.weight"])
 
 
-def test_active_upload_weighs_the_property_term_by_alpha(tmp_path):
-    """Ch. 7.1.5: the upload is the gradient of (1 - alpha) L_main + alpha L_prop.
+def test_active_upload_uses_one_batch_for_both_terms(tmp_path):
+    """Ch. 7.1.5: the upload is the gradient of (1 - alpha) L(x, y) + alpha L(x, p).
 
-    In round 1 the head starts from the same seed and the auxiliary batch is
-    seeded by the round, so the gradient is linear in alpha:
-    g(alpha) = (1 - alpha) g(0) + alpha g(1). alpha = 0.25 is not its own
-    mirror, so swapped weights (alpha on the main term) fail.
+    As in the seed, the main and the property term are computed on one
+    auxiliary batch (x, y, p), drawn from the adversary's pools with the
+    round's seed; the expected gradient is recomputed here from that batch.
+    alpha = 0.25 is not its own mirror, so weights swapped onto the main term
+    fail, and so does a main term on a different (honest) batch.
     """
-
-    def first_upload(alpha: float, name: str) -> dict[str, np.ndarray]:
-        config = experiment(
-            adversary={"kind": "active-property", "property": {"alpha": alpha}}
-        )
-        return _uploads(ActivePropertyAdversary, config, tmp_path / name)[0]
-
-    main, prop = first_upload(0.0, "a0"), first_upload(1.0, "a1")
-    quarter = first_upload(0.25, "q")
-    assert not np.allclose(main["net.1.weight"], prop["net.1.weight"])
-    for name in main:
-        np.testing.assert_allclose(
-            quarter[name], 0.75 * main[name] + 0.25 * prop[name], rtol=1e-4, atol=1e-6
-        )
+    alpha = 0.25
+    config = experiment(
+        adversary={"kind": "active-property", "property": {"alpha": alpha}}
+    )
+    upload = _uploads(ActivePropertyAdversary, config, tmp_path / "a")[0]
+    spec = config.task()
+    adversary = ActivePropertyAdversary(spec, 1)
+    adversary.bind(
+        context(1),
+        message_config(config, tmp_path / "b", **{protocol.SERVER_ROUND: 1}),
+    )
+    x, y, p = auxiliary_pools(spec, 1).batch(
+        spec.batch_size, 0.5, adversary.rng(0xAC7, 1)
+    )
+    model = spec.new_model()
+    head = PropertyHead(last_linear(model).in_features, seed=spec.seed)
+    expected, _, _ = multitask_gradient(model, head, (x, y), (x, p), alpha)
+    swapped, _, _ = multitask_gradient(model, head, (x, y), (x, p), 1.0 - alpha)
+    assert upload.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_allclose(upload[name], expected[name], rtol=1e-4, atol=1e-6)
+    assert not np.allclose(upload["net.1.weight"], swapped["net.1.weight"])
 
 
 def _recording_app(uploads: dict[tuple[int, int], dict[str, np.ndarray]]) -> Any:

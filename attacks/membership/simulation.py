@@ -77,6 +77,9 @@ class MembershipSetup:
         the CNN: a token whose every convolution window loses the max-pool
         (or is cut by ReLU) gets exactly zero gradient in that batch, so a
         member is only certain to be caught over several passes.
+    iterations : int or None
+        Rounds to train for, overriding ``epochs`` (the thesis: 3,000 at every
+        batch size); ``None`` trains ``epochs`` passes.
     learning_rate : float
         Server step size (the thesis: 0.01 CNN, 0.05 GRU).
     dropout : float
@@ -103,6 +106,7 @@ class MembershipSetup:
     cnn_hidden: int | None = 128
     batch_size: int = 100
     epochs: int = 3
+    iterations: int | None = None
     learning_rate: float = 0.01
     dropout: float = 0.0
     server_weight_decay: float = 0.0
@@ -384,7 +388,13 @@ def simulate_membership(
     )
     x_all, y_all, model, params = inputs_and_model(data, setup, model_seed)
     attack = EmbeddingMembership(data.vocab_size)
-    rounds = setup.epochs * parties.target.per_epoch
+    rounds = (
+        setup.iterations
+        if setup.iterations is not None
+        else setup.epochs * parties.target.per_epoch
+    )
+    if rounds < 1:
+        raise ConfigError(f"the run needs >= 1 round, got {rounds}")
     params = _train_and_observe(
         model,
         params,

@@ -10,10 +10,8 @@ target's gradient from the change of the model minus its own contribution
 (its scale estimated with
 :func:`fedleak.attacks.membership.embedding.contribution_scale`), computes
 gradients on auxiliary batches with and without the property from its own
-records, and in the end a logistic regression on the bag-of-words features
-of the embedding gradients
-(:func:`fedleak.attacks.property.classifier.gradient_features`) scores the
-target's observed updates.
+records, and in the end the batch property classifier scores the target's
+observed updates (:data:`FEATURES`).
 
 ``fedleak bench defenses`` runs it with the target defended
 (:class:`fedleak.defenses.ClientDefenses`, seed 000 Ch. 7.3).
@@ -32,12 +30,26 @@ from fedleak.attacks.membership.simulation import (
 
 from fedleak.data.text import TextDataset
 from fedleak.defenses import EMBEDDING_KEY
-from fedleak.errors import ConfigError
+from fedleak.errors import ConfigError, DataError
 from fedleak.training import batch_gradient, set_arrays
 
 from .classifier import BatchPropertyClassifier, gradient_features, single_batch_auc
 
-__all__ = ["simulate_property"]
+__all__ = ["FEATURES", "property_features", "simulate_property"]
+
+#: Feature sets of the batch property classifier (Ch. 7.1.4):
+#: ``"embedding"`` -- the seed's attack on embedding-layer gradients: the
+#: embedding update itself, globally max-pooled per word row (so a word's
+#: feature is the size of its update, 0 if absent), logistic regression;
+#: ``"max"`` -- the seed's features for every other attack: global max pooling
+#: of every layer's observed update (one feature per word row, per filter, per
+#: unit), random forest of 50 trees;
+#: ``"bow"`` -- the bag of words of the embedding update (1.0 for every row
+#: that moved), logistic regression. The bag of words carries no magnitude:
+#: under record-level DP noise every row moves, so it is constant and the AUC
+#: is 0.5 by construction, and sharing a fraction of the update changes it
+#: only once whole rows drop out.
+FEATURES = ("embedding", "max", "bow")
 
 
 def _property_pools(
@@ -53,9 +65,23 @@ def _property_pools(
     return pools
 
 
-def _features(update: dict[str, np.ndarray]) -> np.ndarray:
-    out: np.ndarray = gradient_features(update, "bow", layers=[EMBEDDING_KEY])
-    return out
+def property_features(update: dict[str, np.ndarray], kind: str) -> np.ndarray:
+    """Return the classifier's features of one (observed or auxiliary) update.
+
+    ``kind`` is one of :data:`FEATURES`; ``update`` holds the embedding
+    matrix's update under :data:`fedleak.defenses.EMBEDDING_KEY`.
+    """
+    if kind == "max":
+        every: np.ndarray = gradient_features(update, "max")
+        return every
+    pooled: np.ndarray = gradient_features(
+        {EMBEDDING_KEY: np.abs(update[EMBEDDING_KEY])}
+        if kind == "embedding"
+        else update,
+        "max" if kind == "embedding" else "bow",
+        layers=[EMBEDDING_KEY],
+    )
+    return pooled
 
 
 def _others_update(
@@ -84,6 +110,8 @@ def simulate_property(
     rounds: int,
     seed: int,
     aux_batches: int = 1,
+    features: str = "bow",
+    emulate_defenses: bool = False,
 ) -> float:
     """Single-batch property inference AUC in two-party synchronized SGD.
 
@@ -103,6 +131,13 @@ def simulate_property(
         Auxiliary batches of each kind the adversary differentiates per
         round (Alg. 7, lines 6-9): the training set of ``f_prop`` has
         ``2 * aux_batches * rounds`` examples.
+    features : {"embedding", "max", "bow"}, default="bow"
+        The classifier's features and model (:data:`FEATURES`).
+    emulate_defenses : bool, default=False
+        The adversary computes its auxiliary gradients with the target's
+        defenses (its DP noise, top fraction, vocabulary, dropout), as it
+        emulates the collaborative training it observes (Ch. 7.2.7); without
+        it the classifier is trained on undefended gradients only.
 
     Returns
     -------
@@ -112,9 +147,14 @@ def simulate_property(
     Raises
     ------
     ConfigError
-        If ``aux_batches < 1``, ``has_property`` does not match the records
-        or a property pool is smaller than a batch.
+        If ``aux_batches < 1``, ``features`` is unknown, ``has_property``
+        does not match the records or a property pool is smaller than a batch.
+    DataError
+        If the joint model diverges (a defense's noise can make it): the
+        updates are then NaN and any score of them would be an artefact.
     """
+    if features not in FEATURES:
+        raise ConfigError(f"features must be one of {FEATURES}, got {features!r}")
     if aux_batches < 1:
         raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
     if has_property.shape != (data.x_train.shape[0],):
@@ -153,16 +193,32 @@ def simulate_property(
             for aux_prop in (True, False):
                 for _ in range(aux_batches):
                     aux = pick("adversary", aux_prop)
-                    g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
-                    aux_x.append(_features(g_aux))
+                    if emulate_defenses:
+                        g_aux = setup.defenses.gradient(
+                            model,
+                            x_all[aux],
+                            y_all[aux],
+                            seed=int(noise_rng.integers(2**62)),
+                        )
+                    else:
+                        g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
+                    aux_x.append(property_features(g_aux, features))
                     aux_y.append(int(aux_prop))
         new = server_step(params, [g_target, g_adv], setup, noise_rng)
+        if not all(np.isfinite(v).all() for v in new.values()):
+            raise DataError(
+                f"the joint model diverged in round {t + 1} (non-finite "
+                "parameters): there is no update left to score"
+            )
         observed.append(
-            _features(_others_update(params, new, g_adv, setup.learning_rate))
+            property_features(
+                _others_update(params, new, g_adv, setup.learning_rate), features
+            )
         )
         truth.append(int(prop))
         params = new
-    classifier = BatchPropertyClassifier(kind="logistic", random_state=seed)
+    kind = "random-forest" if features == "max" else "logistic"
+    classifier = BatchPropertyClassifier(kind=kind, random_state=seed)
     classifier.fit(np.stack(aux_x), np.asarray(aux_y))
     scores = classifier.predict_proba(np.stack(observed))[:, 1]
     return float(single_batch_auc(np.asarray(truth), scores))

@@ -113,6 +113,11 @@ BENCHMARKS: Final[tuple[Benchmark, ...]] = (
         "ppgf",
         "Seed 003's framework: accuracy and MI AUC vs epsilon, next to DP-SGD.",
     ),
+    Benchmark(
+        "report",
+        "report",
+        "The seeds' tables and figures vs the records: benchmarks/REPRODUCTION.md.",
+    ),
 )
 
 

@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import numpy as np
 import typer
@@ -468,6 +468,60 @@ def _plot(out: Path, report: dict[str, Any], grids: dict[str, Any]) -> dict[str,
     return written
 
 
+# ------------------------------------------------------- Fig 5.5 vs size
+#: Record counts of the Fig. 5.5 size check (the seed's CDR has ~4 million).
+SIZE_CHECK_RECORDS: Final = (20_000, 80_000)
+
+
+def run_dpgm_size_check(
+    out: Path, *, seed: int = 0, progress: Say | None = None
+) -> dict[str, Any]:
+    """Fig. 5.5's DPGM and MWEM errors at eps = 1 against the number of records.
+
+    The seed's CDR data has about 4 million users (q = 2.2e-5); the bench's
+    CDR-like stand-in has 20,000. At a fixed epsilon and batch share the
+    DP-SGD noise per record falls with the data size, so the counting-query
+    errors should fall towards the seed's as the stand-in grows. Same
+    settings as :func:`run_dpgm_bench`'s Fig. 5.5 (k = 1, 3 epochs).
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    say = progress or (lambda _text: None)
+    started = time.perf_counter()
+    report = BenchRecord("dpgm", Path(out))
+    report["seed"] = seed
+    report["what"] = "fig 5.5 at eps = 1 vs the number of CDR-like records"
+    sizes: dict[str, Any] = {}
+    for n in SIZE_CHECK_RECORDS:
+        say(f"fig 5.5 size check: {n} records")
+        figure = _query_figure(
+            "CDR-like",
+            cdr_like(n, seed=seed),
+            None,
+            epsilons=[1.0],
+            ks=[1],
+            clip=12,
+            density=11.4 / 1303,
+            epochs=3,
+            seed=seed,
+            say=say,
+        )
+        run = figure["dpgm"]["runs"]["k=1,eps=1"]
+        sizes[str(n)] = {
+            "dpgm_all": run["all"]["mean"],
+            "dpgm_any": run["any"]["mean"],
+            "mwem_all": figure["mwem"]["runs"]["1"]["all"]["mean"],
+            "mwem_any": figure["mwem"]["runs"]["1"]["any"]["mean"],
+            "avg_items_per_sample": run["avg_items_per_sample"],
+            "avg_items_per_record": figure["avg_items_per_record"],
+            "sigma_g": run["sigma_g"],
+            "steps": run["steps"],
+        }
+        report.write({"fig_5_5_size": sizes})
+    return report.write({"wall_s": time.perf_counter() - started})
+
+
 # -------------------------------------------------------------------- main
 def run_dpgm_bench(
     out: Path, *, quick: bool = False, seed: int = 0, progress: Say | None = None
@@ -569,12 +623,33 @@ def command(
         bool, typer.Option("--quick", help="CI-sized settings (a few minutes).")
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of every section.")] = 0,
+    size_check: Annotated[
+        bool,
+        typer.Option(
+            "--size-check",
+            help="Only Fig. 5.5 at eps = 1 on 20,000 and 80,000 records.",
+        ),
+    ] = False,
 ) -> None:
     """DPGM figure analogues: epsilon, clustering, counting queries, samples.
 
     Tip: run with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 in
     the environment; DP-SGD's per-sample work is faster with it.
     """
+    if size_check:
+        checked = run_dpgm_size_check(out, seed=seed, progress=say)
+        sizes = Table("records", "DPGM all", "DPGM any", "MWEM all", "items/sample")
+        for n, row in checked["fig_5_5_size"].items():
+            sizes.add_row(
+                n,
+                f"{row['dpgm_all']:.4f}",
+                f"{row['dpgm_any']:.4f}",
+                f"{row['mwem_all']:.4f}",
+                f"{row['avg_items_per_sample']:.1f}",
+            )
+        console.print(sizes)
+        written(out)
+        return
     report = run_dpgm_bench(
         out,
         quick=quick,

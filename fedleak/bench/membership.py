@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -194,6 +194,7 @@ def run_membership_bench(
     batch_sizes: Sequence[int] | None = None,
     quick: bool = False,
     seed: int = 0,
+    iterations: int | None = None,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Measure precision and recall vs batch size and write the JSON report.
@@ -210,6 +211,9 @@ def run_membership_bench(
         CI-sized data, models and batch sizes.
     seed : int
         Seed of data generation, split, model and batches.
+    iterations : int, optional
+        Train every run for this many rounds instead of the setup's epochs
+        (the thesis: 3,000 at every batch size).
     progress : callable, optional
         Receives one line per run.
     """
@@ -222,6 +226,8 @@ def run_membership_bench(
     for name in datasets:
         data = load_bench_dataset(name, quick=quick, seed=seed)
         base = default_setup(name, quick=quick)
+        if iterations is not None:
+            base = replace(base, iterations=iterations)
         sizes = (
             tuple(batch_sizes)
             if batch_sizes
@@ -291,6 +297,10 @@ def command(
         typer.Option("--batch-size", help="Batch sizes (repeatable)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    iterations: Annotated[
+        int | None,
+        typer.Option(help="Rounds per run instead of epochs (the thesis: 3,000)."),
+    ] = None,
 ) -> None:
     """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""
     report = run_membership_bench(
@@ -299,6 +309,7 @@ def command(
         batch_sizes=batch_size,
         quick=quick,
         seed=seed,
+        iterations=iterations,
         progress=say,
     )
     table = Table("dataset", "batch", "precision", "recall", "|V_t|", "rounds", "s")

@@ -19,7 +19,8 @@ Experiments (thesis figure in brackets):
 ``fraction``
     AUC vs the fraction of the batch with the property (Fig. 7.4);
 ``rounds``
-    per-round scores when the property occurs only in some rounds (Fig. 7.5);
+    per-round scores when the property occurs only in some rounds (Fig. 7.5),
+    and of a run whose target never has it (``absent``, the seed's ID 2);
 ``active``
     AUC vs alpha of the active attack (Fig. 7.6);
 ``multi-party``
@@ -46,6 +47,8 @@ JSON record::
      "runs": [{"label": str, "params": {...}, "auc": float|null,
                "dataset_score": float, "wall_s": float,
                "test_accuracy": float|null,
+               "accuracy": {"rounds", "test_accuracy", "last_fifth",
+                            "previous_fifth", "plateau"},
                "run_dir": str (relative to the JSON's folder), ...}],
      "summary": {...experiment-specific medians and ratios...},
      "plots": [str, ...], "wall_s": float}
@@ -79,6 +82,7 @@ from .record import BenchRecord
 __all__ = [
     "EXPERIMENTS",
     "NORMALIZED_EXPERIMENTS",
+    "accuracy_curve",
     "command",
     "run_property_bench",
 ]
@@ -174,6 +178,7 @@ def _run(
         "wall_s": wall,
         "median_round_s": outcome.results["timing"]["median_round_after_first_s"],
         "test_accuracy": final.get("test-accuracy"),
+        "accuracy": accuracy_curve(outcome.results),
         "run_dir": str(run_dir.relative_to(s.out.parent)),  # next to the JSON
         "series": {"rounds": analysis["rounds"], "scores": analysis["scores"]},
         "truth": analysis["truth"],
@@ -181,6 +186,45 @@ def _run(
     auc = "n/a" if row["auc"] is None else f"{row['auc']:.3f}"
     s.say(f"  AUC {auc}, mean score {row['dataset_score']:.3f}, {wall:.0f} s")
     return row
+
+
+def accuracy_curve(results: dict[str, Any], every: int = 25) -> dict[str, Any]:
+    """Summarise the global model's test accuracy over a run (its utility).
+
+    Parameters
+    ----------
+    results : dict
+        The run's ``results.json`` (``rounds[i].server["test-accuracy"]``).
+    every : int, default=25
+        Keep every ``every``-th round of the curve (and the last).
+
+    Returns
+    -------
+    dict
+        ``rounds`` and ``test_accuracy`` (the thinned curve), ``last_fifth``
+        and ``previous_fifth`` (mean accuracy over the last and the previous
+        fifth of the rounds) and ``plateau``: whether the two differ by less
+        than 0.02 (the model has stopped improving).
+    """
+    points = [
+        (int(r["round"]), float(r["server"]["test-accuracy"]))
+        for r in results.get("rounds", [])
+        if "test-accuracy" in r.get("server", {})
+    ]
+    if not points:
+        return {"rounds": [], "test_accuracy": [], "plateau": None}
+    keep = [p for i, p in enumerate(points) if i % every == 0 or i == len(points) - 1]
+    fifth = max(len(points) // 5, 1)
+    last = statistics.fmean(a for _, a in points[-fifth:])
+    before = points[-2 * fifth : -fifth] or points[:1]
+    previous = statistics.fmean(a for _, a in before)
+    return {
+        "rounds": [r for r, _ in keep],
+        "test_accuracy": [a for _, a in keep],
+        "last_fifth": last,
+        "previous_fifth": previous,
+        "plateau": abs(last - previous) < 0.02,
+    }
 
 
 def _k(config: ExperimentConfig) -> int:
@@ -349,9 +393,19 @@ def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[st
     rows = [_run(s, "rounds", "window", overrides, {})]
     if s.secagg:
         rows.append(_run(s, "rounds", "window-secagg", overrides, {}, secagg=True))
+    # the seed's third classifier (Fig. 7.5(b), ID 2): a property the target
+    # never has; the same classifier scores a run whose target never uses a
+    # record with it, and should score low in every round
+    absent = _run(s, "rounds", "absent", [*overrides, "target.control=true"], {})
     config = load_config(_config_path("rounds"), overrides)
     window = list(config.target.property_rounds)
-    summary: dict[str, Any] = {"property_rounds": window}
+    summary: dict[str, Any] = {
+        "property_rounds": window,
+        "absent": {
+            "median_score": statistics.median(absent["series"]["scores"]),
+            "max_score": max(absent["series"]["scores"]),
+        },
+    }
     for row in rows:
         xs, ys = row["series"]["rounds"], row["series"]["scores"]
         inside = [y for x, y in zip(xs, ys, strict=True) if window[0] <= x < window[1]]
@@ -363,6 +417,7 @@ def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[st
             "median_score_inside": statistics.median(inside) if inside else None,
             "median_score_outside": statistics.median(outside) if outside else None,
         }
+    rows.append(absent)
     plot = _plot_series(
         s, "rounds", "score per round (property in window)", rows, window
     )

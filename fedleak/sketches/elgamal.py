@@ -5,6 +5,13 @@ The AH-ECC scheme of seed 000 Ch. 4.3.1: with generator ``G`` and public key
 point adds the plaintexts, and ``B - x A = m G`` is decoded with a table of
 discrete logarithms of small multiples of ``G``.
 
+Interpretation: the seed's KeyGen names two public generators ``(g1, g2)``,
+with ``pk = g1^x`` and ``Enc(m) = (g1^r, pk^r g2^m)``. fedleak uses one
+generator (``g1 = g2 = G``), the textbook EC-ElGamal. Both are additively
+homomorphic and IND-CPA under DDH; with a second generator the decryption
+yields ``m g2`` instead of ``m G`` and needs its discrete-logarithm table in
+base ``g2``, and nothing in the seed's protocol uses the two bases apart.
+
 Setup and joint decryption (threshold-style, all ``k`` shares needed): every
 authority ``k`` holds ``x_k`` and publishes ``Y_k = x_k G`` with a Schnorr
 proof of knowledge of ``x_k`` (so no authority can choose its key to cancel

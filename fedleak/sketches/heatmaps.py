@@ -178,6 +178,7 @@ def synthetic_mobility(
     grid: int = 100,
     hotspots: int = 40,
     peak_reports: float = 40.0,
+    burstiness: float = 0.0,
     seed: int = 0,
 ) -> LocationLog:
     """Synthetic hourly position logs with daily and weekly cycles.
@@ -204,6 +205,13 @@ def synthetic_mobility(
     peak_reports : float, default=40.0
         Mean positions per user in the busiest hour (536 users then peak at
         about 25,000 positions per hour, as the seed's cab traces).
+    burstiness : float, default=0.0
+        Hour-to-hour overdispersion of the demand away from home: with
+        ``burstiness = b > 0`` each (slot, blob) weight is multiplied by an
+        independent ``Gamma(1 / b, b)`` factor (mean 1, variance ``b``), so a
+        blob's counts fluctuate from one hour to the next beyond the Poisson
+        noise (events, traffic; real traces are bursty). ``0`` keeps the
+        smooth cycles only (and the exact draws of earlier versions).
     seed : int, default=0
         Random seed.
 
@@ -215,6 +223,8 @@ def synthetic_mobility(
     check_int("n_slots", n_slots, low=1)
     check_int("grid", grid, low=2)
     check_int("hotspots", hotspots, low=1)
+    if not (math.isfinite(burstiness) and burstiness >= 0.0):
+        raise ConfigError(f"burstiness must be a finite number >= 0, got {burstiness}")
     rng = np.random.default_rng(seed)
     centers = rng.uniform(0.1 * grid, 0.9 * grid, size=(hotspots, 2))
     weights = 1.0 / np.arange(1, hotspots + 1)
@@ -231,9 +241,11 @@ def synthetic_mobility(
     slot = np.repeat(slot, reps).astype(np.int64)
     night = (slot % 24 < 7) | (slot % 24 >= 22)
     at_home = rng.random(user.size) < np.where(night, 0.6, 0.3)
-    blob = np.where(
-        at_home, home[user], rng.choice(hotspots, size=user.size, p=weights)
-    )
+    if burstiness > 0.0:
+        away = _bursty_blobs(rng, slot, weights, n_slots, burstiness)
+    else:
+        away = rng.choice(hotspots, size=user.size, p=weights)
+    blob = np.where(at_home, home[user], away)
     xy = centers[blob] + rng.normal(0.0, 1.5, size=(user.size, 2))
     rc = np.clip(np.floor(xy).astype(np.int64), 0, grid - 1)
     return LocationLog(
@@ -243,6 +255,29 @@ def synthetic_mobility(
         grid=grid,
         n_slots=n_slots,
     )
+
+
+def _bursty_blobs(
+    rng: np.random.Generator,
+    slot: np.ndarray,
+    weights: np.ndarray,
+    n_slots: int,
+    burstiness: float,
+) -> np.ndarray:
+    """Draw one blob per position from its slot's Gamma-perturbed weights."""
+    shape = 1.0 / burstiness
+    factors = rng.gamma(shape, burstiness, size=(n_slots, weights.size))
+    slot_weights = weights[None, :] * factors
+    cumulative = np.cumsum(slot_weights, axis=1)
+    cumulative /= cumulative[:, -1:]
+    u = rng.random(slot.size)
+    out = np.empty(slot.size, dtype=np.int64)
+    order = np.argsort(slot, kind="stable")
+    bounds = np.searchsorted(slot[order], np.arange(n_slots + 1))
+    for s in range(n_slots):
+        where = order[bounds[s] : bounds[s + 1]]
+        out[where] = np.searchsorted(cumulative[s], u[where], side="right")
+    return np.minimum(out, weights.size - 1)
 
 
 def heat_maps(log: LocationLog) -> np.ndarray:

@@ -23,7 +23,12 @@ that holds the median, and stops at a single value: ``ceil(log2 n)``
 decryptions for ``n`` possible values (10 for ``[0, 1000]``). With a
 differential-privacy budget ``epsilon``, Laplace noise of scale ``xi * d /
 epsilon`` is added to every decrypted value (``xi`` decryptions, sensitivity
-``d`` of a range count of the summed estimator). That sensitivity is the
+``d`` of a range count of the summed estimator). Interpretation: the seed
+writes "Laplace distribution with mean zero and *variance* xi * d / epsilon";
+fedleak reads ``xi * d / epsilon`` as the Laplace *scale* ``b`` (variance
+``2 b^2``), the parameter of the Laplace mechanism that makes ``xi``
+releases of sensitivity ``d`` jointly ``epsilon``-DP (a variance of
+``xi * d / epsilon`` would not). That sensitivity is the
 seed's: it counts a value's own ``d`` counters, but through bucket
 collisions one value can move a range count by more;
 :func:`range_sensitivity` computes the exact bound from the public hashes

@@ -1,0 +1,267 @@
+"""``fedleak bench report``: REPRODUCTION.md is current, and its verdict rules judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedleak.bench import find_benchmark
+from fedleak.bench.report import load_records, render_report
+from fedleak.bench.seed_claims import CLAIMS, assess, auc_standard_error, monotone
+from fedleak.errors import DataError
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _claim(row: str) -> Any:
+    return next(c for c in CLAIMS if c.row == row)
+
+
+def test_committed_report_matches_the_records(tmp_path):
+    """Regenerate from benchmarks/*.json; fails when REPRODUCTION.md is stale."""
+    text, judged = render_report(load_records(BENCHMARKS))
+    committed = (BENCHMARKS / "REPRODUCTION.md").read_text(encoding="utf-8")
+    (tmp_path / "REPRODUCTION.md").write_text(text, encoding="utf-8")
+    assert committed == text, "run `fedleak bench report` and commit the result"
+    assert len(judged) == len(CLAIMS)
+    assert all(f.verdict != "no record" for _, f in judged)
+
+
+def test_report_is_registered_as_a_benchmark():
+    assert find_benchmark("report").module == "report"
+
+
+def test_a_missing_record_gives_no_record():
+    finding = assess(_claim("000 Fig. 7.6"), {})
+    assert finding.verdict == "no record"
+    assert "property-active" in finding.reason
+
+
+def test_a_broken_record_is_named(tmp_path):
+    (tmp_path / "x.json").write_text("{", encoding="utf-8")
+    with pytest.raises(DataError, match=r"x\.json"):
+        load_records(tmp_path)
+
+
+def test_monotone_respects_the_tolerance():
+    assert monotone([0.8, 0.85, 0.84, 0.9], increasing=True, tol=0.01)
+    assert not monotone([0.8, 0.85, 0.83, 0.9], increasing=True, tol=0.01)
+    assert monotone([0.9, 0.8, 0.7], increasing=False)
+
+
+def _active(aucs: list[float], accuracy: float, rounds: int = 500) -> dict[str, Any]:
+    truth = [0.5 if r % 2 else 0.0 for r in range(rounds)]
+    runs = [
+        {"params": {"alpha": a}, "auc": auc, "test_accuracy": accuracy, "truth": truth}
+        for a, auc in zip([0.0, 0.3, 0.6, 0.9], aucs, strict=True)
+    ]
+    return {
+        "property-active": {
+            "runs": runs,
+            "scale": {"rounds": 3000, "thesis_iterations": 3000},
+            "quick": False,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("aucs", "accuracy", "verdict"),
+    [
+        ([0.80, 0.85, 0.84, 0.90], 0.8, "reproduced"),  # a dip within 1 SE
+        ([0.80, 0.85, 0.85, 0.90], 0.2, "partly"),  # undertrained model
+        ([0.68, 0.86, 0.84, 0.70], 0.8, "partly"),  # peaks, then falls back
+        ([0.86, 0.85, 0.88, 0.87], 0.8, "not reproduced"),  # flat within noise
+    ],
+)
+def test_fig_7_6_rule(aucs, accuracy, verdict):
+    assert assess(_claim("000 Fig. 7.6"), _active(aucs, accuracy)).verdict == verdict
+
+
+def _share(aucs: list[float]) -> dict[str, Any]:
+    rows = [
+        {
+            "table": "share_fraction",
+            "setting": s,
+            "property_auc": a,
+            "model_accuracy": 0.9,
+            "model_auc": 0.95,
+            "rounds": 100,
+        }
+        for s, a in zip([0.01, 0.1, 0.5, 1.0], aucs, strict=True)
+    ]
+    setup = {"num_train": 10, "property_rounds": 240}
+    return {"defenses": {"rows": rows, "setup": setup}}
+
+
+@pytest.mark.parametrize(
+    ("aucs", "verdict", "words"),
+    [
+        ([0.60, 0.80, 0.88, 0.93], "reproduced", "falls"),
+        ([0.754, 0.767, 0.768, 0.768], "not reproduced", "flat"),  # old record
+        ([0.90, 0.80, 0.75, 0.70], "not reproduced", "rises"),
+    ],
+)
+def test_table_7_5_rule_weighs_the_change_against_its_standard_error(
+    aucs, verdict, words
+):
+    finding = assess(_claim("000 Table 7.5"), _share(aucs))
+    assert finding.verdict == verdict
+    assert words in finding.reason
+
+
+def test_auc_standard_error_is_hanley_mcneil():
+    # A = 0.5, 30 + 30 scores: q1 = q2 = 1/3, var = (0.25 + 58/12) / 900
+    assert auc_standard_error(0.5, 30, 30) == pytest.approx(0.07515, abs=1e-4)
+    assert auc_standard_error(0.9, 120, 120) < auc_standard_error(0.9, 30, 30)
+
+
+def test_fig_4_5a_rule_reads_the_overestimate():
+    true = [1000.0 - i for i in range(50)]
+    close = {
+        "users": 10,
+        "sketch_size": 4896,
+        "true": true,
+        "estimated": [t * 1.01 for t in true],
+        "estimated_count_mean_min": true,
+    }
+    far = {**close, "estimated": [t * 1.85 for t in true]}
+    for fig, verdict in ((close, "reproduced"), (far, "partly")):
+        records = {"sketches": {"recommender": {"fig_4_5a": fig}}}
+        finding = assess(_claim("000 Fig. 4.5(a)"), records)
+        assert finding.verdict == verdict
+    assert (
+        "+85%"
+        in assess(
+            _claim("000 Fig. 4.5(a)"), {"sketches": {"recommender": {"fig_4_5a": far}}}
+        ).reason
+    )
+
+
+def test_fig_7_9_needs_the_k2_to_k3_join_to_count_as_reproduced():
+    def record(join_model: str | None) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "median_score_before": 0.1,
+            "median_score_after": 0.9,
+        }
+        if join_model is not None:
+            summary["join_model"] = join_model
+        return {
+            "property-join": {
+                "summary": summary,
+                "scale": {},
+                "runs": [{"test_accuracy": 0.8}],
+            }
+        }
+
+    claim = _claim("000 Fig. 7.9")
+    assert assess(claim, record("K=2->3")).verdict == "reproduced"
+    assert assess(claim, record(None)).verdict == "partly"
+
+
+def _rounds(absent: float | None) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "window": {
+            "auc": 0.95,
+            "median_score_inside": 0.8,
+            "median_score_outside": 0.3,
+        },
+    }
+    if absent is not None:
+        summary["absent"] = {"median_score": absent, "max_score": absent}
+    return {
+        "property-rounds": {
+            "summary": summary,
+            "scale": {},
+            "runs": [{"label": "window", "test_accuracy": 0.8}],
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("absent", "verdict"),
+    [(0.1, "reproduced"), (0.5, "partly"), (None, "partly")],
+)
+def test_fig_7_5_needs_a_low_scoring_absent_property(absent, verdict):
+    assert assess(_claim("000 Fig. 7.5"), _rounds(absent)).verdict == verdict
+
+
+def test_fig_4_5a_reason_reports_the_skew_measurement():
+    true = [1000.0 - i for i in range(50)]
+    fig = {
+        "users": 10,
+        "sketch_size": 4896,
+        "true": true,
+        "estimated": [t * 1.85 for t in true],
+        "zipf_exponent_sensitivity": {
+            "users": 100,
+            "1.0": {
+                "median_relative_overestimate": 0.85,
+                "top50_share_of_coviews": 0.18,
+            },
+            "2.0": {
+                "median_relative_overestimate": 0.02,
+                "top50_share_of_coviews": 0.80,
+            },
+        },
+    }
+    finding = assess(
+        _claim("000 Fig. 4.5(a)"), {"sketches": {"recommender": {"fig_4_5a": fig}}}
+    )
+    assert finding.verdict == "not reproduced"
+    assert "2.0: +2% (top 50 hold 80% of co-views)" in finding.reason
+
+
+def _monte_carlo(hog: tuple[float, float], pca: tuple[float, float]) -> dict[str, Any]:
+    rows = [
+        {
+            "model": model,
+            "distance": distance,
+            "heuristic": "median",
+            "set_accuracy": acc,
+        }
+        for distance, pair in (("hog", hog), ("pca", pca))
+        for model, acc in zip(("vae", "gan"), pair, strict=True)
+    ]
+    mc = {"trials": 50, "rows": rows, "samples": 10, "set_size": 30}
+    return {"mi-generative-fashion-mnist": {"monte_carlo": mc}}
+
+
+@pytest.mark.parametrize(
+    ("hog", "pca", "verdict"),
+    [
+        ((0.84, 0.64), (1.00, 0.75), "reproduced"),  # the seed's own numbers
+        ((0.84, 0.64), (0.80, 0.88), "partly"),  # one tie (2 SE = 0.15)
+        ((0.80, 0.72), (0.80, 0.88), "not reproduced"),  # the landed record
+        ((0.84, 0.64), (0.60, 0.95), "not reproduced"),  # reversed
+    ],
+)
+def test_monte_carlo_rule_compares_per_distance_with_standard_errors(hog, pca, verdict):
+    finding = assess(_claim("004 Tables 4.5-4.6"), _monte_carlo(hog, pca))
+    assert finding.verdict == verdict
+
+
+def test_fig_5_5_reason_cites_the_size_check_when_recorded():
+    def run(all_error: float) -> dict[str, Any]:
+        return {
+            "all": {"mean": all_error},
+            "any": {"mean": 0.3},
+            "avg_items_per_sample": 10.0,
+        }
+
+    fig = {
+        "records": 20000,
+        "avg_items_per_record": 11.0,
+        "dpgm": {"epochs": 3, "runs": {"k=1,eps=1": run(0.04)}},
+        "mwem": {"runs": {"1": {"all": {"mean": 0.06}}}},
+    }
+    records: dict[str, Any] = {"dpgm": {"fig_5_5": fig}}
+    claim = _claim("000 Fig. 5.5")
+    assert assess(claim, records).verdict == "partly"
+    assert "size" not in assess(claim, records).reason
+    records["dpgm-size"] = {
+        "fig_5_5_size": {"20000": {"dpgm_all": 0.0246}, "80000": {"dpgm_all": 0.0076}}
+    }
+    reason = assess(claim, records).reason
+    assert "0.0246 (20,000 records) -> 0.0076 (80,000 records)" in reason
