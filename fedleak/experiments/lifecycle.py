@@ -28,9 +28,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from fedleak.errors import ConfigError
 
@@ -41,6 +42,7 @@ __all__ = [
     "RunStopped",
     "check_cpus",
     "check_ray_address",
+    "keep_signals_from_ray",
     "start_reaper",
     "stop_on_signals",
 ]
@@ -118,6 +120,54 @@ def stop_on_signals(control: RunControl) -> Iterator[RunControl]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def keep_signals_from_ray() -> Iterator[None]:
+    """Keep the process's SIGINT and SIGTERM handlers in place across ``ray.init``.
+
+    ``ray.init`` replaces them twice in the driver: in Python, with a
+    handler that calls ``sys.exit`` (``ray._private.utils.set_sigterm_handler``,
+    skipped here), and in C++, where the core worker installs its failure
+    signal handler for SIGTERM with ``sigaction``, which dumps "*** SIGTERM
+    received ***" and aborts the process (exit status -6) in the middle of a
+    round. ``signal.getsignal`` still reports Python's handler then, but it
+    no longer runs. While this block runs, each ``ray.init`` made from the
+    main thread (Flower's Ray backend calls it there, in ``run_simulation``)
+    is followed by ``signal.signal`` with the handlers Python holds, which
+    puts Python's own C-level handler back with ``sigaction``. A ``ray.init``
+    from another thread cannot do that (only the main thread sets handlers)
+    and leaves Ray's in place.
+    """
+    import ray
+    import ray._private.utils as ray_utils
+
+    original_set = ray_utils.set_sigterm_handler
+    original_init: Callable[..., Any] = ray.init
+
+    def keep(handler: Any) -> None:
+        return None
+
+    def init_keeping_handlers(*args: Any, **kwargs: Any) -> Any:
+        ours = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+        try:
+            return original_init(*args, **kwargs)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for signum, handler in ours.items():
+                    if handler is not None:
+                        signal.signal(signum, handler)
+
+    ray_utils.set_sigterm_handler = keep
+    ray.init = init_keeping_handlers
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original_set
+        ray.init = original_init
 
 
 def start_reaper() -> subprocess.Popen[bytes] | None:
