@@ -20,6 +20,7 @@ forever (an unreachable cluster, clients that need more CPUs than exist).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from fedleak.errors import ConfigError
 
@@ -42,6 +43,7 @@ __all__ = [
     "RunStopped",
     "check_cpus",
     "check_ray_address",
+    "exit_now",
     "keep_signals_from_ray",
     "start_reaper",
     "stop_on_signals",
@@ -168,6 +170,26 @@ def keep_signals_from_ray() -> Iterator[None]:
     finally:
         ray_utils.set_sigterm_handler = original_set
         ray.init = original_init
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once its files are written, skipping teardown.
+
+    Flushes standard output and error and runs the ``atexit`` handlers (Ray's
+    shutdown hook, logging), then ``os._exit``: the interpreter's own
+    finalization (freeing every module of torch, Ray, Flower and matplotlib,
+    and Ray's C++ destructors) is skipped. It took 3 to 10 s on a loaded
+    2-core machine, most of the time between a stop request and the exit.
+    Call it only when nothing is left to write.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def start_reaper() -> subprocess.Popen[bytes] | None:

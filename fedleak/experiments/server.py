@@ -8,7 +8,8 @@ times them and appends them to ``rounds.jsonl``. The round loop is
 evaluation), run here so that a run can stop between rounds
 (:class:`~fedleak.experiments.lifecycle.RunControl`), write checkpoints
 (:mod:`~fedleak.experiments.checkpoint`) and resume from one.
-:func:`finish_run` turns the outcome into ``results.json`` and ``curves.png``.
+:func:`finish_run` turns the outcome into ``results.json`` and ``curves.png``
+(the latter not for an interrupted run).
 """
 
 from __future__ import annotations
@@ -636,7 +637,10 @@ def finish_run(
     ``null`` and its place is listed under ``"non_finite"``
     (:func:`~fedleak.experiments.results.strict_json`). ``status``
     overrides ``recorder.status`` (``"completed"``, ``"interrupted"`` or
-    ``"failed"``).
+    ``"failed"``). An interrupted run gets no ``curves.png``: importing
+    matplotlib and drawing took 0.5 s on an idle 2-core machine and 6.6 s
+    under load, a third of the time from Ctrl-C to exit; the resumed run
+    draws it.
     """
     rounds = []
     for r in range(1, recorder.completed_round + 1):
@@ -682,7 +686,8 @@ def finish_run(
     results, non_finite = strict_json(results)
     results["non_finite"] = non_finite
     write_json_atomic(run_dir / "results.json", results)
-    plot_curves(
-        rounds, run_dir / "curves.png", f"{config.name} ({config.strategy.name})"
-    )
+    if results["status"] != "interrupted":  # drawing costs seconds; resume draws it
+        plot_curves(
+            rounds, run_dir / "curves.png", f"{config.name} ({config.strategy.name})"
+        )
     return results
