@@ -39,6 +39,7 @@ from flwr.serverapp.strategy import (
 )
 
 import fedleak
+from fedleak.defenses import NOISE_SEED_KEY
 from fedleak.errors import ConfigError
 from fedleak.files import append_jsonl, write_atomic, write_json_atomic
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
@@ -420,7 +421,10 @@ def run_federation(
     -----
     DP noise of Flower's wrappers comes from NumPy's OS-seeded global
     generator unless ``[privacy] noise_seed`` is set (:class:`NoiseStream`);
-    fedleak never seeds the global generator itself.
+    fedleak never seeds the global generator itself. The clients' DP-SGD
+    noise comes from fresh OS entropy, or from ``noise_seed`` sent to them as
+    :data:`~fedleak.defenses.NOISE_SEED_KEY`
+    (:meth:`fedleak.clients.defenses.DefendedClient.noise_rng`).
     """
     strategy = build_strategy(config)
     noise = NoiseStream(config.privacy.noise_seed)
@@ -446,6 +450,8 @@ def run_federation(
     train_config = ConfigRecord(
         {**config.task().to_config(), **config.client_config(run_dir)}
     )
+    if config.privacy.noise_seed is not None:  # the clients' DP-SGD noise too
+        train_config[NOISE_SEED_KEY] = config.privacy.noise_seed
     evaluate_config = ConfigRecord(config.task().to_config())
     result = Result()
     first = 1
