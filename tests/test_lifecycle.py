@@ -76,8 +76,8 @@ def wait_for_rounds(out: Path, rows: int, proc: subprocess.Popen[str]) -> None:
 
 def session_processes(sid: int) -> list[str]:
     """Processes (other than zombies) of session ``sid``, as ``ps`` lines."""
-    listing = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True
+    listing = subprocess.run(  # -ww: whole command lines, whatever COLUMNS says
+        ["ps", "-ww", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True
     ).stdout
     alive = []
     for line in listing.splitlines():
@@ -173,7 +173,8 @@ def test_sigkill_leaves_no_ray_process_behind(tmp_path):
     config, out = write(tmp_path, rounds=5000), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)
     wait_for_rounds(out, 2, proc)
-    assert any("raylet" in line for line in session_processes(proc.pid))
+    running = session_processes(proc.pid)
+    assert any("raylet" in line for line in running), running
     proc.kill()
     proc.communicate()
     assert_no_process_left(proc.pid, within=10.0)
