@@ -80,7 +80,7 @@ class DefendedClient(HonestClient):
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def noise_rng(self, server_round: int) -> np.random.Generator:
-        """The generator of this round's DP noise (fresh entropy unless seeded).
+        """Return the generator of this round's DP noise (fresh unless seeded).
 
         With ``[privacy] noise_seed`` (message entry
         :data:`~fedleak.defenses.NOISE_SEED_KEY`) it is derived from the
@@ -88,7 +88,9 @@ class DefendedClient(HonestClient):
         noise of the uninterrupted one; without, from ``os.urandom``.
         """
         seed = None if self.config is None else self.config.get(NOISE_SEED_KEY)
-        noise_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        noise_seed: int | None = None
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            noise_seed = seed
         return noise_generator(noise_seed, self.partition_id, 0xDEF, server_round)
 
     def _epsilon(self, steps: int, batch_size: int) -> float:

@@ -79,6 +79,7 @@ EMBEDDING_KEY = "embedding.weight"
 NOISE_SEED_KEY = "privacy.noise-seed"
 """Message-config entry with ``[privacy] noise_seed``, sent only when it is set."""
 
+
 def share_top_fraction(
     update: Mapping[str, np.ndarray], fraction: float
 ) -> dict[str, np.ndarray]:

@@ -236,7 +236,7 @@ dp_max_grad_norm = 1.0
 
 @pytest.mark.slow
 def test_client_dp_sgd_runs_add_different_noise_unless_a_noise_seed_is_set(tmp_path):
-    no_wrapper = "[privacy]\nwrapper = \"none\"\n"
+    no_wrapper = '[privacy]\nwrapper = "none"\n'
     base = DP_EXPERIMENT.split("[privacy]")[0].replace("rounds = 2", "rounds = 1")
 
     def run(name: str, extra: str) -> tuple[dict, dict]:

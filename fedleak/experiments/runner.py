@@ -206,8 +206,9 @@ def simulate(
     :func:`~fedleak.experiments.engine.fast_engine`, which removes the
     engine's 0.1 s polling steps. With ``control`` the run stops between
     rounds when asked (and Ray's own SIGTERM handlers, which end the
-    process mid-round, are kept out: :func:`keep_signals_from_ray`); ``resume`` goes on from a checkpoint,
-    clients' states included.
+    process mid-round, are kept out:
+    :func:`~fedleak.experiments.lifecycle.keep_signals_from_ray`); ``resume``
+    goes on from a checkpoint, clients' states included.
     """
     from flwr.simulation import run_simulation
 
