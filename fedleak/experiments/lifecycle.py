@@ -104,24 +104,49 @@ def stop_on_signals(control: RunControl) -> Iterator[RunControl]:
     """Turn SIGINT and SIGTERM into ``control.request`` while the block runs.
 
     Only the main thread can install handlers; elsewhere the block runs with
-    the process's handlers unchanged.
+    the process's handlers unchanged. The request is made by a watcher
+    thread reading the signal numbers Python's C-level handler writes to a
+    wakeup pipe (``signal.set_wakeup_fd``), not by the Python-level handler:
+    that one runs in the main thread only, and the kernel may deliver the
+    signal to any of the run's threads (Ray's, Flower's), so a main thread
+    blocked in ``run_simulation``'s join never woke up and the run went on
+    to its last round (seen once in six hand-made SIGINTs).
     """
     if threading.current_thread() is not threading.main_thread():
         yield control
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        control.request(signum)
+        return None  # the watcher makes the request
 
-    previous = {
-        signum: signal.signal(signum, handler)
-        for signum in (signal.SIGINT, signal.SIGTERM)
-    }
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum in _STOP_SIGNALS:
+                    control.request(signum)
+
+    watcher = threading.Thread(target=watch, name="fedleak-signals", daemon=True)
+    watcher.start()
+    previous = {signum: signal.signal(signum, handler) for signum in _STOP_SIGNALS}
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     try:
         yield control
     finally:
+        signal.set_wakeup_fd(previous_fd)
         for signum, old in previous.items():
             signal.signal(signum, old)
+        os.close(write_fd)
+        watcher.join(timeout=1.0)
+        os.close(read_fd)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
