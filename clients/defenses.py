@@ -23,10 +23,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from fedleak import protocol
 from fedleak.defenses import (
+    NOISE_SEED_KEY,
     ClientDefenses,
     private_local_training,
     record_level_epsilon,
 )
+from fedleak.privacy.randomness import noise_generator
 from fedleak.task import TaskSpec
 from fedleak.training import get_arrays
 
@@ -45,6 +47,11 @@ class DefendedClient(HonestClient):
     ``theta_k - theta``, uploaded as ``theta + defended change``. With DP-SGD
     the reply's metrics carry the cumulative ``record-epsilon`` of this
     client (delta ``defenses.dp_delta``, default 1e-5).
+
+    The DP-SGD noise comes from :meth:`noise_rng`: fresh OS entropy, or
+    ``[privacy] noise_seed`` when the experiment sets it (not private). The
+    batches and their order follow the experiment's seed (:meth:`rng`), which
+    is not secret and need not be.
 
     Parameters
     ----------
@@ -71,6 +78,20 @@ class DefendedClient(HonestClient):
     def _server_round(self) -> int:
         value = None if self.config is None else self.config.get(protocol.SERVER_ROUND)
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def noise_rng(self, server_round: int) -> np.random.Generator:
+        """Return the generator of this round's DP noise (fresh unless seeded).
+
+        With ``[privacy] noise_seed`` (message entry
+        :data:`~fedleak.defenses.NOISE_SEED_KEY`) it is derived from the
+        noise seed, this partition and the round, so a resumed run adds the
+        noise of the uninterrupted one; without, from ``os.urandom``.
+        """
+        seed = None if self.config is None else self.config.get(NOISE_SEED_KEY)
+        noise_seed: int | None = None
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            noise_seed = seed
+        return noise_generator(noise_seed, self.partition_id, 0xDEF, server_round)
 
     def _epsilon(self, steps: int, batch_size: int) -> float:
         noise = self.defenses.dp_noise_multiplier
@@ -103,7 +124,7 @@ class DefendedClient(HonestClient):
             model,
             self.data.x_train[batch],
             self.data.y_train[batch],
-            seed=self.rng(0xDEF, self._server_round()),
+            seed=self.noise_rng(self._server_round()),
         )
         metrics = MetricRecord({protocol.NUM_EXAMPLES: int(batch.shape[0])})
         if self.defenses.dp_noise_multiplier is not None:
@@ -139,6 +160,7 @@ class DefendedClient(HonestClient):
                 max_grad_norm=self.defenses.dp_max_grad_norm,
                 delta=self.defenses.dp_delta,
                 seed=self.rng(0xDEF, server_round),
+                noise_rng=self.noise_rng(server_round),
             )
             state = get_arrays(model)
             trained = {name: state[name] for name in theta}

@@ -126,7 +126,12 @@ def _run(
     resume: Path | None = None,
 ) -> None:
     from .experiments.config import load_config
-    from .experiments.lifecycle import RunControl, start_reaper, stop_on_signals
+    from .experiments.lifecycle import (
+        RunControl,
+        exit_now,
+        start_reaper,
+        stop_on_signals,
+    )
 
     if resume is not None:
         if config_path is not None or out is not None or overrides:
@@ -213,7 +218,7 @@ def _run(
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(control.exit_code)
+        exit_now(control.exit_code)  # the interpreter's teardown takes seconds
     if count_usable_rounds(results) == 0:
         _err.print(
             "[bold red]error:[/] no client reply could be used in any round "

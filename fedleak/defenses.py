@@ -32,7 +32,10 @@ Every function that draws randomness takes a seed or a generator. torch and
 Opacus are imported when a function needs them, so the experiment-file
 loader can use :class:`ClientDefenses` without loading them. In a
 federation, :class:`fedleak.clients.defenses.DefendedClient` is the honest
-client with these defenses.
+client with these defenses; its DP-SGD noise comes from fresh OS entropy
+unless the message config carries :data:`NOISE_SEED_KEY` (``[privacy]
+noise_seed`` of the experiment, not private), while its batches follow the
+experiment's seed.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMBEDDING_KEY",
+    "NOISE_SEED_KEY",
     "ClientDefenses",
     "clip_update",
     "make_dp_compatible",
@@ -70,6 +74,10 @@ __all__ = [
 
 EMBEDDING_KEY = "embedding.weight"
 """State-dict key of the embedding matrix in fedleak's text models."""
+
+
+NOISE_SEED_KEY = "privacy.noise-seed"
+"""Message-config entry with ``[privacy] noise_seed``, sent only when it is set."""
 
 
 def share_top_fraction(
@@ -241,6 +249,9 @@ def private_batch_gradient(
     the batch size. Clipping and noise are :class:`fedleak.privacy.dpsgd.DPSGD`'s
     (per-sample gradients from Opacus); the step it takes is on a copy of
     ``model``, whose ``.grad`` is read back, so ``model`` is left unchanged.
+    ``seed`` is the noise's only source (the batch is the caller's): ``None``
+    or :func:`fedleak.privacy.randomness.noise_generator`'s generator for
+    noise nobody can recompute, an int only to reproduce it.
 
     Returns
     -------
@@ -286,8 +297,14 @@ def private_local_training(
     max_grad_norm: float,
     delta: float,
     seed: RngLike,
+    noise_rng: np.random.Generator | None = None,
 ) -> tuple[nn.Module, float]:
     """Run local DP-SGD epochs (model averaging) with ``dp_sgd_train``.
+
+    ``seed`` drives the Poisson sampling of the batches, and the noise too
+    unless ``noise_rng`` is given: a federation's clients pass
+    :func:`fedleak.privacy.randomness.noise_generator`'s, so that their
+    noise is not a function of the experiment's seed.
 
     Returns
     -------
@@ -310,6 +327,7 @@ def private_local_training(
         noise_multiplier=noise_multiplier,
         max_grad_norm=max_grad_norm,
         seed=seed,
+        noise_rng=noise_rng,
         delta=delta,
     )
     return work, result.epsilon
@@ -451,7 +469,10 @@ class ClientDefenses(SettingsModel):
     def gradient(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: RngLike
     ) -> dict[str, np.ndarray]:
-        """Compute the defended one-batch gradient (synchronized SGD)."""
+        """Compute the defended one-batch gradient (synchronized SGD).
+
+        ``seed`` is the DP-SGD noise's (see :func:`private_batch_gradient`).
+        """
         from torch import nn
 
         x = self.inputs(x)

@@ -76,8 +76,8 @@ def wait_for_rounds(out: Path, rows: int, proc: subprocess.Popen[str]) -> None:
 
 def session_processes(sid: int) -> list[str]:
     """Processes (other than zombies) of session ``sid``, as ``ps`` lines."""
-    listing = subprocess.run(
-        ["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True
+    listing = subprocess.run(  # -ww: whole command lines, whatever COLUMNS says
+        ["ps", "-ww", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True
     ).stdout
     alive = []
     for line in listing.splitlines():
@@ -111,6 +111,21 @@ def stop_run(
     return time.monotonic() - sent, stderr
 
 
+EXIT_LIMIT_S = 30.0
+"""Seconds from the signal to the exit before a test calls the run hung.
+
+The product aims at 15 s (about 5 s measured with the machine's 2 cores
+under a load average near 20); the limit leaves room for a loaded CI
+machine and still fails a run that hangs (one that waits for every
+remaining round takes minutes).
+"""
+
+
+def report_exit(name: str, seconds: float) -> None:
+    print(f"exit {seconds:.1f} s after {name} (load average {os.getloadavg()[0]:.1f})")
+    assert seconds < EXIT_LIMIT_S, f"exit took {seconds:.1f} s after {name}"
+
+
 def assert_interrupted_run(out: Path, stderr: str) -> dict:
     results = strict_load(out / "results.json")
     assert results["status"] == "interrupted"
@@ -133,7 +148,7 @@ def test_ctrl_c_stops_after_the_round_keeps_the_model_and_leaves_no_process(tmp_
     wait_for_rounds(out, 4, proc)
     seconds, stderr = stop_run(proc, signal.SIGINT, group=True)
     assert proc.returncode == 130, stderr
-    assert seconds < 15, f"exit took {seconds:.1f} s after SIGINT"
+    report_exit("SIGINT", seconds)
     assert "Traceback" not in stderr
     assert_interrupted_run(out, stderr)
     assert_no_process_left(proc.pid)
@@ -146,8 +161,9 @@ def test_sigterm_stops_after_the_round_with_status_143(tmp_path):
     wait_for_rounds(out, 4, proc)
     seconds, stderr = stop_run(proc, signal.SIGTERM, group=False)
     assert proc.returncode == 143, stderr
-    assert seconds < 15, f"exit took {seconds:.1f} s after SIGTERM"
+    report_exit("SIGTERM", seconds)
     assert "Traceback" not in stderr and "ActorDiedError" not in stderr
+    assert "SIGTERM received" not in stderr  # Ray's C++ handler did not run
     assert_interrupted_run(out, stderr)
     assert_no_process_left(proc.pid)
 
@@ -157,7 +173,8 @@ def test_sigkill_leaves_no_ray_process_behind(tmp_path):
     config, out = write(tmp_path, rounds=5000), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)
     wait_for_rounds(out, 2, proc)
-    assert any("raylet" in line for line in session_processes(proc.pid))
+    running = session_processes(proc.pid)
+    assert any("raylet" in line for line in running), running
     proc.kill()
     proc.communicate()
     assert_no_process_left(proc.pid, within=10.0)

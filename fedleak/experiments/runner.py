@@ -40,7 +40,12 @@ from fedleak.task import TaskSpec, training_pool
 from .checkpoint import Checkpoint, ClientStates, load_checkpoint
 from .config import ExperimentConfig, load_config
 from .engine import fast_engine, simulation_backend_config, timing_mod
-from .lifecycle import RunControl, check_cpus, check_ray_address
+from .lifecycle import (
+    RunControl,
+    check_cpus,
+    check_ray_address,
+    keep_signals_from_ray,
+)
 from .server import (
     RoundCallback,
     RunRecorder,
@@ -200,9 +205,10 @@ def simulate(
     ``[federation] engine = "fedleak"`` inside
     :func:`~fedleak.experiments.engine.fast_engine`, which removes the
     engine's 0.1 s polling steps. With ``control`` the run stops between
-    rounds when asked (and Ray's own SIGTERM handler, which exits the
-    process mid-round, is kept out); ``resume`` goes on from a checkpoint,
-    clients' states included.
+    rounds when asked (and Ray's own SIGTERM handlers, which end the
+    process mid-round, are kept out:
+    :func:`~fedleak.experiments.lifecycle.keep_signals_from_ray`); ``resume``
+    goes on from a checkpoint, clients' states included.
     """
     from flwr.simulation import run_simulation
 
@@ -228,7 +234,7 @@ def simulate(
         fast_engine(federation.poll_interval) if fast else nullcontext(False)
     )
     signals: AbstractContextManager[None] = (
-        _keep_ray_off_sigterm() if control is not None else nullcontext()
+        keep_signals_from_ray() if control is not None else nullcontext()
     )
     with quiet_flower(verbose), engine, signals, _client_states(clients):
         run_simulation(
@@ -270,29 +276,6 @@ def _client_states(clients: ClientStates) -> Iterator[None]:
         yield
     finally:
         vce_api._register_node_info_stores = original
-
-
-@contextmanager
-def _keep_ray_off_sigterm() -> Iterator[None]:
-    """Stop ``ray.init`` from replacing the run's SIGTERM handler.
-
-    ``ray.init`` installs ``sys.exit`` as the driver's SIGTERM handler, which
-    ends the process in the middle of a round (Ray's actors die under the
-    ServerApp and nothing is written); fedleak's handler stops after the
-    round instead.
-    """
-    import ray._private.utils as ray_utils
-
-    original = ray_utils.set_sigterm_handler
-
-    def keep(handler: Any) -> None:
-        return None
-
-    ray_utils.set_sigterm_handler = keep
-    try:
-        yield
-    finally:
-        ray_utils.set_sigterm_handler = original
 
 
 def check_ray(config: ExperimentConfig, ray_address: str | None = None) -> None:

@@ -26,7 +26,7 @@ from .accounting import (
 )
 from .dpnorm import dp_norm
 from .mechanisms import gaussian_mechanism, gaussian_sigma, laplace_mechanism
-from .randomness import check_rng
+from .randomness import check_rng, noise_generator
 
 __all__ = [
     "DEFAULT_LAMBDAS",
@@ -39,6 +39,7 @@ __all__ = [
     "SampledGaussianEvent",
     "SharedBatchEvent",
     "check_rng",
+    "noise_generator",
     "dp_norm",
     "dp_sgd_train",
     "dpgm_epsilon",

@@ -401,6 +401,7 @@ def dp_sgd_train(
     noise_multiplier: float,
     max_grad_norm: float,
     seed: RngLike,
+    noise_rng: np.random.Generator | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     delta: float | None = None,
     clipping: Clipping | None = None,
@@ -428,7 +429,13 @@ def dp_sgd_train(
     max_grad_norm : float
         Clipping bound ``C`` (ignored if ``clipping`` is adaptive).
     seed : numpy.random.Generator, int or None
-        Seed of sampling and noise; must be ``None`` in secure mode.
+        Seed of the Poisson sampling, and of the noise unless ``noise_rng``
+        is given; must be ``None`` in secure mode.
+    noise_rng : numpy.random.Generator, optional
+        Where the noise (and DPNorm's draws) come from instead, so that
+        sampling can follow the experiment's seed while the noise does not
+        (:func:`fedleak.privacy.randomness.noise_generator`); not with
+        ``secure_mode``.
     loss_fn : callable, optional
         ``loss_fn(output, target)`` returning per-record losses; default
         cross-entropy with ``reduction="none"``.
@@ -456,6 +463,11 @@ def dp_sgd_train(
         If a parameter is out of range, or a seed is given in secure mode.
     """
     n = _check_training(x, y, epochs, batch_size, seed, secure_mode)
+    if secure_mode and noise_rng is not None:
+        raise ConfigError(
+            "Passing noise_rng is prohibited in secure mode: the noise comes "
+            "from the OS CSPRNG."
+        )
     delta = 1.0 / n if delta is None else float(delta)
     per_record = loss_fn or nn.CrossEntropyLoss(reduction="none")
     clipping = clipping or FixedClipping(max_grad_norm)
@@ -467,7 +479,7 @@ def dp_sgd_train(
         expected_batch_size=batch_size,
         lr=lr,
         optimizer=optimizer,
-        rng=None if secure_mode else rng,
+        rng=None if secure_mode else (rng if noise_rng is None else noise_rng),
         secure_mode=secure_mode,
         per_sample=per_sample,
     )

@@ -29,6 +29,7 @@ from ..errors import ConfigError
 __all__ = [
     "RngLike",
     "check_rng",
+    "noise_generator",
     "noise_normal",
     "noise_laplace",
     "secure_uniform",
@@ -68,6 +69,45 @@ def check_rng(rng: RngLike) -> np.random.Generator:
             f"got {rng!r}."
         )
     return np.random.default_rng(int(rng))
+
+
+def noise_generator(noise_seed: int | None, *words: int) -> np.random.Generator:
+    """Return the generator one party's DP noise is drawn from.
+
+    The experiment's seed fixes data, sampling and model initialisation; the
+    noise must not follow from it, or anyone who knows the seed can subtract
+    the noise. Without ``noise_seed`` the generator is seeded from fresh OS
+    entropy (128 bits from ``os.urandom`` through
+    :class:`numpy.random.SeedSequence`), so no two calls, runs or clients
+    share a stream and nothing in the experiment file recomputes it. With a
+    ``noise_seed`` (reproducible and **not private**) it is derived from
+    ``(noise_seed, *words)``, e.g. the client and the round, so a resumed
+    run adds the noise of the uninterrupted one.
+
+    Parameters
+    ----------
+    noise_seed : int or None
+        ``[privacy] noise_seed`` (>= 0), or None for OS entropy.
+    *words : int
+        Non-negative integers naming the draw (ignored without a seed).
+
+    Returns
+    -------
+    numpy.random.Generator
+
+    Raises
+    ------
+    ConfigError
+        If ``noise_seed`` or a word is negative or not an int.
+    """
+    if noise_seed is None:
+        return np.random.default_rng()
+    entropy = [noise_seed, *words]
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in entropy):
+        raise ConfigError(
+            f"noise_seed and its words must be non-negative ints; got {entropy!r}"
+        )
+    return np.random.default_rng(entropy)
 
 
 def _refuse_seed_in_secure_mode(rng: RngLike, secure_mode: bool) -> None:
