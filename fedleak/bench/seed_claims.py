@@ -469,7 +469,10 @@ def _defenses_scale(records: Records) -> str:
     setup = records["defenses"]["setup"]
     rounds = {r["rounds"] for r in records["defenses"]["rows"]}
     feature = records["defenses"].get("property_features", "bag of words")
-    return f"{max(rounds)} rounds, {setup['num_train']} records; {feature}"
+    return (
+        f"{max(rounds)} training rounds, {setup.get('property_rounds', '?')} "
+        f"property rounds, {setup['num_train']} records; {feature}"
+    )
 
 
 def _table_7_5(records: Records) -> Finding:
