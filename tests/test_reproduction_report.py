@@ -265,3 +265,19 @@ def test_fig_5_5_reason_cites_the_size_check_when_recorded():
     }
     reason = assess(claim, records).reason
     assert "0.0246 (20,000 records) -> 0.0076 (80,000 records)" in reason
+
+
+def test_bench_report_command_writes_the_table(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedleak.cli import app
+
+    out = tmp_path / "R.md"
+    result = CliRunner().invoke(
+        app, ["bench", "report", "--records", str(BENCHMARKS), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8") == (
+        BENCHMARKS / "REPRODUCTION.md"
+    ).read_text(encoding="utf-8")
+    assert "written:" in result.output

@@ -100,6 +100,12 @@ HOME_FRACTION = 0.2
 AUX_BATCHES = 4
 """Auxiliary batches of each kind the property adversary uses per round."""
 
+_FEATURE_NAMES: Final = {
+    "embedding": "per-word size of the embedding update, logistic regression",
+    "max": "max-pooled updates of every layer, random forest",
+    "bow": "bag of words of the embedding update, logistic regression",
+}
+
 PROPERTY_ROUNDS: Final = 240
 """Rounds of the property simulation (half of them property batches). With 60
 rounds the AUC's standard error (Hanley-McNeil, 30 + 30 scores) was about
@@ -423,7 +429,7 @@ def _run(
             "delta": base.delta,
             "source": data.source,
         },
-        "property_features": "max-pooled updates of every layer, random forest",
+        "property_features": _FEATURE_NAMES[PROPERTY_FEATURES],
         "property_attack": (
             "attacks/property/simulation.py (passive, Alg. 7, "
             f"features {PROPERTY_FEATURES!r})"
