@@ -142,3 +142,64 @@ def test_with_table_names_the_cell_of_a_value_outside_int64() -> None:
         sketch.with_table(floats)
     floats[5] = -(2.0**63)  # the minimum itself fits
     assert sketch.with_table(floats).table[0, 5] == -(2**63)
+
+
+def test_counts_at_both_int64_ends_are_accepted_and_exact() -> None:
+    for count in (2**63 - 1, -(2**63)):
+        sketch = CountMinSketch(3, 16, seed=2)
+        sketch.update([7], count)
+        assert sketch.table[0, 0] == count
+    sketch = CountMinSketch(3, 16, seed=2)
+    sketch.update([7], np.array([2**63 - 1], dtype=np.uint64))
+    assert sketch.table[0, 0] == 2**63 - 1
+    # a per-item count beyond float64's 53 bits stays exact
+    sketch = CountMinSketch(3, 16, seed=2)
+    sketch.update([7, 5], np.array([2**53 + 1, 1]))
+    assert sketch.table[1, 12] == 2**53 + 1
+    # small unsigned counts and an empty update are fine
+    sketch.update([5, 5], np.array([1, 2], dtype=np.uint64))
+    assert sketch.table[1, 3] == 4
+    sketch.update(np.array([], dtype=np.int64), np.array([], dtype=np.uint64))
+    assert sketch.table[1, 3] == 4
+
+
+@pytest.mark.parametrize(
+    "counts", [2**63, -(2**63) - 1, np.array([3, 2**63], dtype=np.uint64)]
+)
+def test_a_count_outside_int64_is_named(counts: object) -> None:
+    value = 2**63 if not isinstance(counts, int) or counts > 0 else -(2**63) - 1
+    items = [1, 2] if isinstance(counts, np.ndarray) else [1]
+    with pytest.raises(
+        DataError, match=rf"^a count must fit in 64 bits, got {value}\.$"
+    ):
+        CountMinSketch(2, 8, seed=0).update(items, counts)  # type: ignore[arg-type]
+
+
+def test_per_item_counts_whose_sum_passes_2_63_are_caught() -> None:
+    """Two per-item counts of 2**62 on one item: their sum is taken in float64,
+    so the update goes the exact way and refuses the 2**63 counter."""
+    with pytest.raises(DataError, match=_message(0, 0, 2**63)):
+        CountMinSketch(3, 16, seed=2).update([7, 7], np.array([BIG, BIG]))
+
+
+def test_an_update_below_a_counter_at_the_minimum_is_caught() -> None:
+    sketch = _holding(-(2**63))
+    with pytest.raises(DataError, match=_message(0, 0, -(2**63) - 1)):
+        sketch.update([7], -1)
+    with pytest.raises(DataError, match=_message(0, 0, -(2**63) - 1)):
+        sketch.update([7], np.array([-1]))
+
+
+def test_with_table_refuses_booleans_and_text_and_accepts_large_floats() -> None:
+    sketch = CountMinSketch(2, 8, seed=0)
+    with pytest.raises(
+        DataError, match=r"^a sketch table must hold integers, got bool\.$"
+    ):
+        sketch.with_table(np.ones(16, dtype=bool))
+    with pytest.raises(
+        DataError, match=r"^a sketch table must hold integers, got <U1\.$"
+    ):
+        sketch.with_table(np.array(["a"] * 16))
+    floats = np.zeros(16)
+    floats[3] = 1e18
+    assert sketch.with_table(floats).table[0, 3] == 10**18
