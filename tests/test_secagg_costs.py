@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fedleak.errors import ConfigError
-from fedleak.secagg.costs import measure_costs, measure_round
+from fedleak.secagg.costs import measure_costs, measure_floor, measure_round
 
 
 def test_measure_costs_reports_both_modes_the_floor_and_ratios() -> None:
@@ -39,3 +41,139 @@ def test_measure_round_and_validation() -> None:
         measure_costs(((2, 10),))
     with pytest.raises(ConfigError):
         measure_round(4, 10, "plain")  # type: ignore[arg-type]
+
+
+class _Clock:
+    """A stand-in for ``time`` in the costs module: the clock moves only when
+    a patched primitive says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """Every primitive of the floor and each client's upload and unmask take a
+    known time on a fake clock (np.add and the server's own timing are not
+    patched: the add takes 0 s)."""
+    from Crypto.Protocol.SecretSharing import Shamir
+
+    from fedleak.secagg import costs
+    from fedleak.secagg.client import ClientSession
+
+    fake = _Clock()
+    monkeypatch.setattr(costs, "time", fake)
+
+    def timed(function: Any, seconds: float) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            out = function(*args, **kwargs)
+            fake.advance(seconds)
+            return out
+
+        return run
+
+    monkeypatch.setattr(costs, "agree", timed(costs.agree, 1e-4))
+    monkeypatch.setattr(costs, "expand", timed(costs.expand, 2e-3))
+    monkeypatch.setattr(costs, "split", timed(costs.split, 5e-4))
+    monkeypatch.setattr(Shamir, "split", timed(Shamir.split, 1e-2))
+    monkeypatch.setattr(Shamir, "combine", timed(Shamir.combine, 3e-2))
+    monkeypatch.setattr(ClientSession, "upload", timed(ClientSession.upload, 1e-3))
+    monkeypatch.setattr(ClientSession, "unmask", timed(ClientSession.unmask, 2e-3))
+    return fake
+
+
+def test_the_floor_adds_up_what_its_primitives_take(clock: _Clock) -> None:
+    """floor = (N - 1) agreements + N (expansion + addition) + one split; the
+    speed-up is pycryptodome's split of two chunks over fedleak's split."""
+    floor = measure_floor(5, 64, repeats=2)
+    assert floor == {
+        "n_clients": 5,
+        "length": 64,
+        "threshold": 3,
+        "x25519_s": pytest.approx(1e-4),
+        "aes_ctr_s": pytest.approx(2e-3),
+        "add_s": 0.0,
+        "shamir_split_s": pytest.approx(5e-4),
+        "pycryptodome_split_s": pytest.approx(2e-2),
+        "pycryptodome_combine_s": pytest.approx(6e-2),
+        "floor_client_s": pytest.approx(4 * 1e-4 + 5 * 2e-3 + 5e-4),
+        "shamir_speedup": pytest.approx(40.0),
+    }
+
+
+def test_a_round_reports_each_clients_stages_and_bytes(clock: _Clock) -> None:
+    double = measure_round(5, 100, "double-masking", repeats=2)
+    assert double["client_upload_s"] == pytest.approx(1e-3)
+    assert double["client_unmask_s"] == pytest.approx(2e-3)
+    assert double["client_total_s"] == pytest.approx(3e-3)
+    assert double["server_total_s"] == pytest.approx(
+        double["server_upload_s"] + double["server_unmask_s"]
+    )
+    thesis = measure_round(5, 100, "thesis", repeats=1)
+    assert thesis["client_unmask_s"] == 0.0
+    assert thesis["client_total_s"] == pytest.approx(1e-3)
+    # bytes per client, integers: the vector up (no key advertisement); the
+    # roster's keys and ids down
+    assert thesis["bytes_up_per_client"] == 4 * 100
+    assert thesis["bytes_down_per_client"] == 5 * (32 + 8)
+    assert type(thesis["bytes_up_per_client"]) is int  # one round: no median
+    assert type(thesis["bytes_down_per_client"]) is int
+    assert double["bytes_up_per_client"] == 4 * 100 + 4 * (48 + 32)
+
+
+def test_costs_pair_the_modes_and_the_floor_block_by_block(clock: _Clock) -> None:
+    (row,) = measure_costs(((3, 16),), repeats=4)
+    assert row["repeats"] == 4 and (row["n_clients"], row["length"]) == (3, 16)
+    floor = 2 * 1e-4 + 3 * 2e-3 + 5e-4
+    assert row["floor"]["floor_client_s"] == pytest.approx(floor)
+    ratios = row["ratios"]
+    assert ratios["client_double_vs_thesis"] == pytest.approx(3e-3 / 1e-3)
+    assert ratios["client_upload_vs_floor"] == pytest.approx(1e-3 / floor)
+    assert ratios["shamir_pycryptodome_vs_fedleak"] == pytest.approx(40.0)
+    server = row["double-masking"]["server_total_s"] / row["thesis"]["server_total_s"]
+    assert 0 < ratios["server_double_vs_thesis"] < 100 * server
+    assert measure_costs(((3, 4),))[0]["repeats"] == 5  # the default
+
+
+def test_figures_are_medians_and_the_error_is_the_largest() -> None:
+    from fedleak.secagg.costs import _medians
+
+    rows = [
+        {"t": 1.0, "max_abs_error": 1e-9},
+        {"t": 5.0, "max_abs_error": 3e-9},
+        {"t": 2.0, "max_abs_error": 2e-9},
+    ]
+    assert _medians(rows) == {"t": 2.0, "max_abs_error": 3e-9}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "repeats", "message"),
+    [
+        (((2, 10),), 1, r"got \(2, 10\), 1$"),
+        (((3, 0),), 1, r"got \(3, 0\), 1$"),
+        (((3, 10),), 0, r"got \(3, 10\), 0$"),
+    ],
+)
+def test_cost_sizes_are_checked(
+    sizes: tuple[tuple[int, int], ...], repeats: int, message: str
+) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^sizes need N >= 3 and L >= 1 and repeats >= 1, " + message
+    ):
+        measure_costs(sizes, repeats=repeats)
+    with pytest.raises(
+        ConfigError,
+        match=r"^mode must be one of \['double-masking', 'thesis'\], got 'plain'$",
+    ):
+        measure_round(4, 10, "plain")  # type: ignore[arg-type]
+
+
+def test_the_smallest_sizes_are_measured(clock: _Clock) -> None:
+    (row,) = measure_costs(((3, 1),), repeats=1)
+    assert row["thesis"]["bytes_up_per_client"] == 4

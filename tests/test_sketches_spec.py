@@ -823,3 +823,167 @@ def test_single_count_updates_scale_every_path() -> None:
     flat.update([1, 2], [3, 4])
     nested.update([[1, 2]], [[3, 4]])
     assert flat == nested
+
+
+def test_bisection_replays_every_step_with_one_draw_each() -> None:
+    """Alg. 4.3.1 by hand: each step releases count(a, mid) plus the next
+    Laplace draw of scale xi d / epsilon and keeps the half with the median."""
+    values = np.array([1, 2, 2, 3, 5, 6, 7, 7, 7])
+
+    def count(a: int, b: int) -> int:
+        return 3 * int(np.count_nonzero((values >= a) & (values < b)))
+
+    result = bisect_median(
+        count, 9, 3, low=0, high=15, epsilon=4.0, rng=np.random.default_rng(2)
+    )
+    replay = np.random.default_rng(2)
+    scale = decryptions_needed(0, 15) / 4.0 * 3
+    a, b, below = 0, 16, 0.0
+    for value in result.released:
+        mid = (a + b) // 2
+        assert value == pytest.approx(count(a, mid) + replay.laplace(0.0, scale))
+        if below + value >= 3 * 9 / 2:
+            b = mid
+        else:
+            below += value
+            a = mid
+    assert b - a == 1 and result.median == a
+    assert result.decryptions == len(result.released) == 4
+
+
+def _noise_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, bool]]:
+    from fedleak.sketches import median
+
+    calls: list[tuple[object, bool]] = []
+    real = median.noise_laplace
+
+    def spy(scale: float, size: int, rng: object = None, *, secure_mode: bool = False):
+        calls.append((rng, secure_mode))
+        return real(scale, size, rng, secure_mode=secure_mode)
+
+    monkeypatch.setattr(median, "noise_laplace", spy)
+    return calls
+
+
+def test_secure_mode_draws_the_noise_from_the_os(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _noise_spy(monkeypatch)
+    result = bisect_median(
+        lambda a, b: 0, 4, 1, low=0, high=7, epsilon=1.0, secure_mode=True
+    )
+    assert len(calls) == result.decryptions == 3
+    assert calls == [(None, True)] * 3
+    calls.clear()
+    values = [np.array([3, 5]), np.array([9])]
+    private = private_median(values, low=0, high=15, epsilon=1.0, secure_mode=True)
+    assert private.reproducible is False
+    assert calls == [(None, True)] * private.decryptions
+    with pytest.raises(
+        ConfigError,
+        match=r"^Passing seed is prohibited in secure mode: keys, encryption "
+        r"randomness and noise come from the OS CSPRNG; pass seed=None\.$",
+    ):
+        private_median(values, low=0, high=15, epsilon=1.0, seed=0, secure_mode=True)
+
+
+def test_private_median_draws_its_secrets_from_the_os_unless_seeded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a seed the authorities' keys and the encryption randomness come
+    from the OS CSPRNG (rng=None); a seed gives each its own generator, the
+    same in every run with that seed."""
+    from fedleak.sketches import median
+
+    seen: dict[str, list[object]] = {"keys": [], "encryption": []}
+    real_authority, real_encrypt = median.Authority, median.encrypt
+
+    def state(rng: object) -> object:
+        return None if rng is None else rng.bit_generator.state  # type: ignore[attr-defined]
+
+    def authority(index: int, rng: object = None) -> object:
+        seen["keys"].append(state(rng))
+        return real_authority(index, rng)  # type: ignore[arg-type]
+
+    def encrypt(table: np.ndarray, key: object, rng: object = None) -> object:
+        seen["encryption"].append(state(rng))
+        return real_encrypt(table, key, rng)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(median, "Authority", authority)
+    monkeypatch.setattr(median, "encrypt", encrypt)
+    values = [np.array([3, 5]), np.array([9])]
+    private_median(values, low=0, high=15, epsilon=1.0)
+    assert seen == {"keys": [None] * 3, "encryption": [None] * 2}
+    runs = []
+    for _ in range(2):
+        seen = {"keys": [], "encryption": []}
+        private_median(values, low=0, high=15, epsilon=1.0, seed=5)
+        runs.append(seen)
+    assert runs[0] == runs[1]
+    keys, encryption = runs[0]["keys"], runs[0]["encryption"]
+    assert len(keys) == 3 and len(encryption) == 2 and None not in keys + encryption
+    assert keys[0] != encryption[0]  # separate streams
+
+
+def test_private_median_uses_the_seeds_sensitivity_by_default() -> None:
+    """At seed 1 the collision-aware sensitivity changes the first noise."""
+    values = [np.array([3, 5, 8, 8, 9, 12]), np.array([1, 9, 9, 14])]
+    default = private_median(values, low=0, high=15, epsilon=2.0, seed=1)
+    seed_d = private_median(
+        values, low=0, high=15, epsilon=2.0, seed=1, strict_sensitivity=False
+    )
+    strict = private_median(
+        values, low=0, high=15, epsilon=2.0, seed=1, strict_sensitivity=True
+    )
+    assert default.released == seed_d.released != strict.released
+
+
+def test_private_median_times_each_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clock that moves one second per reading every stage takes 1 s;
+    the aggregation's time is shared by the sketches."""
+    from fedleak.sketches import median
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 1.0
+            return self.now
+
+    monkeypatch.setattr(median, "time", Clock())
+    values = [np.array([3, 5]), np.array([9]), np.array([1, 2, 3])]
+    result = private_median(values, low=0, high=15, seed=0)
+    assert result.seconds == {
+        "encrypt_per_sketch": 1.0,
+        "aggregate_per_sketch": 1.0 / 3,
+        "table": 1.0,
+        "bisection": 1.0,
+    }
+
+
+def test_encrypted_counter_needs_one_ciphertext_per_cell() -> None:
+    from fedleak.sketches.median import EncryptedRangeCounter
+
+    template = CountSketch(2, 4, seed=0)
+    with pytest.raises(ConfigError, match=r"^3 ciphertexts for a sketch of 8 cells\.$"):
+        EncryptedRangeCounter(template, [None] * 3, [], None, None)  # type: ignore[arg-type, list-item]
+
+
+def test_range_sensitivity_is_the_brute_force_maximum_on_small_domains() -> None:
+    """Small domains where the largest move sits at a domain end: below the
+    domain (width 4, seeds 0 and 11: a value under ``first`` would move it
+    further), at its last value (width 8, seed 7) and just past it (width 4,
+    seeds 3 and 18)."""
+    cases = [(4, seed, 2, 6, 3, 5) for seed in range(12)]
+    cases += [(4, 0, 3, 12, 4, 9), (4, 11, 5, 9, 5, 8), (8, 7, 3, 12, 4, 9)]
+    cases += [(4, 3, 3, 12, 4, 9), (4, 18, 5, 9, 5, 8)]
+    rows = np.arange(3)
+    for width, seed, first, last, a, b in cases:
+        template = CountSketch(3, width, seed=seed)
+        coef = template.coefficients(value_keys(np.arange(a, b)))
+        moves = [
+            abs(int(coef[rows, template.buckets(value_keys(v))[:, 0]].sum()))
+            for v in range(first, last + 1)
+        ]
+        got = range_sensitivity(template, a, b, domain=(first, last))
+        assert got == max(moves), (width, seed)

@@ -176,7 +176,10 @@ class FixedPoint:
             return total < (1 << (modulus_bits - 1))
 
         target = 2.0 ** (modulus_bits - 1) / int(n_inputs) - 0.5
-        guess = math.floor(math.log2(target / (probe.clip * weight)))
+        # a difference of logarithms: the quotient overflows for a tiny clip
+        guess = math.floor(
+            math.log2(target) - math.log2(probe.clip) - math.log2(weight)
+        )
         k = max(0, min(_MAX_EXPONENT, guess))
         while k > 0 and not fits(k):
             k -= 1
