@@ -227,7 +227,7 @@ def make_dp_compatible(model: nn.Module) -> nn.Module:
     their keys; its state dict also holds aliases, so load plain state dicts
     with ``strict=False``.
     """
-    from opacus.validators import ModuleValidator
+    from .privacy._opacus import ModuleValidator
 
     fixed: nn.Module = ModuleValidator.fix(model)
     return fixed

@@ -606,7 +606,7 @@ class SecureAggregation(Strategy):
         )
         saved = {
             name: getattr(inner, name)
-            for name in ("min_available_nodes", "min_train_nodes")
+            for name in ("min_available_nodes", "min_train_nodes", "min_evaluate_nodes")
             if hasattr(inner, name)
         }
         try:
@@ -1044,8 +1044,18 @@ class SecureAggregation(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Delegate federated evaluation (its metrics are not secure-aggregated)."""
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+        """Delegate federated evaluation (its metrics are not secure-aggregated).
+
+        With evaluation on, the wait for the inner strategy's
+        ``min_available_nodes`` is bounded as in :meth:`configure_train`
+        (Flower's strategies would wait forever once a node has died).
+        """
+        if float(getattr(self.aggregator, "fraction_evaluate", 1.0)) <= 0.0:
+            return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+        with self._enough_nodes(grid):
+            return list(
+                self.strategy.configure_evaluate(server_round, arrays, config, grid)
+            )
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]

@@ -11,6 +11,7 @@ The clients are written here in the style of Flower's own example apps.
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -446,6 +447,45 @@ def test_a_dead_node_can_let_the_round_proceed_with_the_survivors():
     want = 1.0 + np.mean([0.1 * (1 + p) / 5 for p in NODES.values()])
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert (inner.min_available_nodes, inner.min_train_nodes) == (6, 6)  # restored
+
+
+def _configure_evaluate_within(strategy, grid, seconds: float):  # type: ignore[no-untyped-def]
+    """Call configure_evaluate in a thread; fail if it is still waiting after ``seconds``."""
+    outcome: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            outcome["messages"] = list(
+                strategy.configure_evaluate(
+                    1, ArrayRecord([np.ones((1, 1))]), ConfigRecord(), grid
+                )
+            )
+        except Exception as err:  # handed to the test below
+            outcome["error"] = err
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "configure_evaluate still waits for a dead node"
+    return outcome
+
+
+def test_a_dead_node_does_not_hang_federated_evaluation():
+    # Flower's FedAvg.configure_evaluate waits forever for min_available_nodes;
+    # the wrapper bounds that wait as it does for training
+    grid = LocalGrid(quickstart_app(), NODES)
+    inner = FedAvg(min_available_nodes=6, min_evaluate_nodes=6, fraction_evaluate=1.0)
+    proceed = SecureAggregation(
+        inner, node_wait_timeout=0.2, on_too_few_nodes="proceed"
+    )
+    outcome = _configure_evaluate_within(proceed, grid, 30.0)
+    sent = outcome["messages"]
+    assert sorted(m.metadata.dst_node_id for m in sent) == sorted(NODES)
+    assert (inner.min_available_nodes, inner.min_evaluate_nodes) == (6, 6)  # restored
+    stop = SecureAggregation(inner, node_wait_timeout=0.2)
+    outcome = _configure_evaluate_within(stop, grid, 30.0)
+    assert isinstance(outcome["error"], ProtocolError)
+    assert "only 5 of the 6 nodes" in str(outcome["error"])
 
 
 # ---------------------------------------------------------------- flwr run app

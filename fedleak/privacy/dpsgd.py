@@ -43,13 +43,15 @@ from typing import Literal
 
 import numpy as np
 import torch
-from opacus import GradSampleModule
-from opacus.grad_sample import GradSampleModuleFastGradientClipping
-from opacus.validators import ModuleValidator
 from torch import nn
 
 from ..errors import ConfigError, DataError
 from ..validation import check_int, check_option, check_positive
+from ._opacus import (
+    GradSampleModule,
+    GradSampleModuleFastGradientClipping,
+    ModuleValidator,
+)
 from .accounting import (
     MomentsAccountant,
     SampledGaussianEvent,
