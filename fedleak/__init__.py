@@ -14,6 +14,8 @@ fedleak is a Flower plugin and research toolkit. Its subpackages are
 - :mod:`fedleak.clients` -- Flower ClientApps, client behaviours and mods;
 - :mod:`fedleak.attacks` -- attack algorithms, Flower-free (membership,
   property, audit);
+- :mod:`fedleak.runtime` -- how fedleak drives Flower's simulation engine
+  (wake-ups instead of polls, signals, checkpoints);
 - :mod:`fedleak.experiments` -- TOML experiments run as Flower simulations;
 - :mod:`fedleak.bench` -- the ``fedleak bench`` benchmarks and their records;
 

@@ -126,7 +126,7 @@ def _run(
     resume: Path | None = None,
 ) -> None:
     from .experiments.config import load_config
-    from .experiments.lifecycle import (
+    from .runtime.lifecycle import (
         RunControl,
         exit_now,
         start_reaper,

@@ -25,9 +25,9 @@ from fedleak import protocol
 from fedleak.defenses import NOISE_SEED_KEY, ClientDefenses
 from fedleak.errors import ConfigError
 from fedleak.experiments.config import validate
-from fedleak.experiments.server import NoiseStream
 from fedleak.privacy.dpsgd import dp_sgd_train
 from fedleak.privacy.randomness import noise_generator
+from fedleak.runtime.noise import NoiseStream
 from fedleak.task import TaskSpec
 
 ROOT = Path(__file__).resolve().parents[1]

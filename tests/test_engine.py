@@ -16,8 +16,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.serverapp import Grid
 
-from fedleak.experiments import engine
-from fedleak.experiments.engine import (
+from fedleak.runtime import engine
+from fedleak.runtime.engine import (
     REMOTE_MIN_POLL_INTERVAL,
     TIMING_RECORD,
     TIMING_REQUEST,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fedleak.bench.engine import COMPONENTS, run_engine_bench
-from fedleak.experiments.engine import FLOWER_POLL_INTERVAL
+from fedleak.runtime.engine import FLOWER_POLL_INTERVAL
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 
 from fedleak.bench.strategies import run_strategy_bench
 from fedleak.errors import ConfigError
-from fedleak.experiments.engine import DEFAULT_POLL_INTERVAL
+from fedleak.runtime.engine import DEFAULT_POLL_INTERVAL
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ The three ways:
 ``fedleak``
     Flower's ``run_simulation`` on Ray with fedleak's engine
     (``[federation] engine = "fedleak"``: no polling steps, inlined
-    messages; :mod:`fedleak.experiments.engine`).
+    messages; :mod:`fedleak.runtime.engine`).
 ``flower``
     The same simulation with Flower's engine as shipped (0.1 s polling,
     Ray's defaults): the peer.
@@ -31,7 +31,7 @@ The three ways:
     i.e. perfectly parallel clients.
 
 The server process keeps freed memory in all three ways
-(:func:`fedleak.experiments.engine.keep_freed_memory`; it cannot be undone
+(:func:`fedleak.runtime.engine.keep_freed_memory`; it cannot be undone
 in a process), the clients' processes only in ``fedleak`` and ``essential``.
 Each way runs ``rounds`` rounds; the first round is left out everywhere (Ray's
 start-up, the one-off partition-id query and key setup). A full run repeats
@@ -80,7 +80,9 @@ import fedleak
 from fedleak.clients import add_identify_handler, partition_id_of, secagg_mod
 from fedleak.clients.honest import RebuiltClientApp
 from fedleak.experiments.config import ExperimentConfig, load_config, validate
-from fedleak.experiments.engine import (
+from fedleak.experiments.runner import make_experiment_client_app, run_experiment
+from fedleak.experiments.server import RunRecorder, run_federation, timing_summary
+from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     fast_engine,
@@ -88,12 +90,7 @@ from fedleak.experiments.engine import (
     simulation_backend_config,
     timing_mod,
 )
-from fedleak.experiments.runner import (
-    make_experiment_client_app,
-    quiet_flower,
-    run_experiment,
-)
-from fedleak.experiments.server import RunRecorder, run_federation, timing_summary
+from fedleak.runtime.logs import quiet_flower
 from fedleak.strategies import SecureAggregation
 from fedleak.training import torch_threads
 

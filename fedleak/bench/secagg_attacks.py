@@ -91,12 +91,12 @@ def _flower_run(seed: int, verbose: bool) -> dict[str, Any]:
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from fedleak.experiments.engine import (
+    from fedleak.runtime.engine import (
         EngineGrid,
         fast_engine,
         simulation_backend_config,
     )
-    from fedleak.experiments.runner import quiet_flower
+    from fedleak.runtime.logs import quiet_flower
     from fedleak.strategies.malicious_secagg import MaliciousSecureAggregation
 
     played: list[AttackOutcome] = []

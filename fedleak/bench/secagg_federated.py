@@ -19,7 +19,7 @@ answer four servers in one simulation (one Ray instance, the same actors):
     each client masks with two neighbours only, the cheapest SecAgg+ setting.
 
 The simulation runs on fedleak's engine
-(:func:`fedleak.experiments.engine.fast_engine`: replies wake the server,
+(:func:`fedleak.runtime.engine.fast_engine`: replies wake the server,
 ``poll_interval`` is only the fallback), so a round's time is the protocol's
 and not Flower's 0.1 s polls. Methods run in blocks, in an order rotated from
 block to block; each ``start`` runs ``rounds`` rounds and its first round
@@ -27,7 +27,7 @@ block to block; each ``start`` runs ``rounds`` rounds and its first round
 
 Per round, :class:`MeteredGrid` records every message exchange: the time
 from push to the last reply, the clients' handler times (reported by
-:func:`~fedleak.experiments.engine.timing_mod`) and the payload bytes each
+:func:`~fedleak.runtime.engine.timing_mod`) and the payload bytes each
 way (array data as shipped, bytes and strings of config records, 8 bytes per number).
 The server's own time is the round's time less its exchanges; for fedleak's
 modes the server session's compute per stage
@@ -60,14 +60,14 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from fedleak.errors import ConfigError, FedleakError
-from fedleak.experiments.engine import (
+from fedleak.runtime.engine import (
     EngineGrid,
     engine_active,
     fast_engine,
     simulation_backend_config,
     timing_mod,
 )
-from fedleak.experiments.runner import quiet_flower
+from fedleak.runtime.logs import quiet_flower
 from fedleak.secagg import Mode
 from fedleak.strategies import SecureAggregation
 

@@ -12,7 +12,7 @@ FedAvg's median.
 
 The simulation runs on the engine of the experiment setting ``[federation]
 engine`` (default ``"fedleak"``: replies wake the server, ``poll_interval``
-is only the fallback; :mod:`fedleak.experiments.engine`), so the ratios
+is only the fallback; :mod:`fedleak.runtime.engine`), so the ratios
 measure the strategies, not Flower's 0.1 s polls; ``engine="flower"`` runs
 Flower's engine as shipped. The record states the engine and poll used.
 
@@ -44,15 +44,16 @@ from rich.table import Table
 from fedleak.clients import make_honest_client_app, secagg_mod
 from fedleak.errors import ConfigError, FedleakError
 from fedleak.experiments.config import ExperimentConfig, validate
-from fedleak.experiments.engine import (
+from fedleak.experiments.runner import preflight
+from fedleak.experiments.server import initial_arrays
+from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     engine_active,
     fast_engine,
     simulation_backend_config,
 )
-from fedleak.experiments.runner import preflight, quiet_flower
-from fedleak.experiments.server import initial_arrays
+from fedleak.runtime.logs import quiet_flower
 from fedleak.strategies import ModelAveraging, SyncSGD
 
 from .console import out as console

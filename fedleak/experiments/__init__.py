@@ -1,6 +1,6 @@
 """Experiments: TOML files run as Flower simulations, with recorded results.
 
-This is the one part of fedleak's core that drives Flower. Its modules:
+It drives Flower through :mod:`fedleak.runtime`. Its modules:
 
 :mod:`~fedleak.experiments.config`
     The experiment file: TOML validated with pydantic (no Flower import).

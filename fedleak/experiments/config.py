@@ -152,7 +152,7 @@ class FederationConfig(_Section):
     """``[federation]``: the simulated federation on Ray.
 
     ``engine = "fedleak"`` (default) runs Flower's simulation engine without
-    its 0.1 s polling steps (:mod:`fedleak.experiments.engine`): replies and
+    its 0.1 s polling steps (:mod:`fedleak.runtime.engine`): replies and
     new messages wake the waiting side at once, and ``poll_interval`` is only
     the fallback between polls (2 ms: a missed wake-up costs at most that,
     and an idle poll is one scan of the in-memory LinkState). ``"flower"``

@@ -42,9 +42,14 @@ from flwr.common.config import get_project_dir
 from flwr.serverapp import Grid, ServerApp
 
 from fedleak.errors import ConfigError
+from fedleak.runtime.engine import (
+    RAY_INLINE_BYTES,
+    fast_engine,
+    install_engine,
+    keep_freed_memory,
+)
 
 from .config import load_config
-from .engine import RAY_INLINE_BYTES, fast_engine, install_engine, keep_freed_memory
 from .runner import make_experiment_client_app, preflight
 from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
 

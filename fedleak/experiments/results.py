@@ -14,7 +14,7 @@ A run writes into ``runs/<name>/<timestamp>/`` (or the ``--out`` folder):
     model after the last completed round.
 ``checkpoint.npz``
     What ``fedleak run --resume`` needs to go on
-    (:mod:`~fedleak.experiments.checkpoint`).
+    (:mod:`~fedleak.runtime.checkpoint`).
 ``curves.png``
     Test accuracy and losses per round.
 

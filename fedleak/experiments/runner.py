@@ -8,7 +8,7 @@ directory is created. Then the ServerApp
 and the honest ClientApp run in Flower's simulation engine, on an embedded
 local Ray instance by default or on an existing Ray cluster
 (``ray_address``; every Ray node must have fedleak installed), without the
-engine's polling delays (:mod:`fedleak.experiments.engine`).
+engine's polling delays (:mod:`fedleak.runtime.engine`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,17 +32,23 @@ from fedleak.clients.membership import membership_behaviour
 from fedleak.clients.property import property_behaviour
 from fedleak.clients.secagg import make_secagg_mod
 from fedleak.errors import ConfigError, FedleakError
-from fedleak.task import TaskSpec, training_pool
-
-from .checkpoint import Checkpoint, ClientStates, load_checkpoint
-from .config import ExperimentConfig, load_config
-from .engine import fast_engine, simulation_backend_config, timing_mod
-from .lifecycle import (
+from fedleak.runtime.checkpoint import (
+    Checkpoint,
+    ClientStates,
+    capture_client_states,
+    load_checkpoint,
+)
+from fedleak.runtime.engine import fast_engine, simulation_backend_config, timing_mod
+from fedleak.runtime.lifecycle import (
     RunControl,
     check_cpus,
     check_ray_address,
     keep_signals_from_ray,
 )
+from fedleak.runtime.logs import quiet_flower
+from fedleak.task import TaskSpec, training_pool
+
+from .config import ExperimentConfig, load_config
 from .server import (
     RoundCallback,
     RunRecorder,
@@ -62,7 +65,6 @@ __all__ = [
     "experiment_client_app",
     "make_experiment_client_app",
     "preflight",
-    "quiet_flower",
     "resume_experiment",
     "run_experiment",
     "simulate",
@@ -115,7 +117,7 @@ def make_experiment_client_app() -> ClientApp:
 
     Its secure-aggregation mod takes part in both modes, so that an experiment
     file can measure the seed's ``mode = "thesis"`` beside double masking.
-    :func:`~fedleak.experiments.engine.timing_mod` comes first, so the time
+    :func:`~fedleak.runtime.engine.timing_mod` comes first, so the time
     a client reports covers secure-aggregation masking too.
     """
     app: ClientApp = make_honest_client_app(
@@ -132,64 +134,6 @@ def experiment_client_app() -> ClientApp:
     return make_experiment_client_app()
 
 
-class _DropDeprecation(logging.Filter):
-    """Drop Flower warnings that say nothing to a fedleak user."""
-
-    noise = (
-        "DEPRECATED FEATURE",
-        "Federated evaluation will be skipped",
-        "No fit_metrics_aggregation_fn provided",
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(text in message for text in self.noise)
-
-
-class _OneLineClientErrors(logging.Filter):
-    """Shorten a ClientApp's exception to one line (its full traceback with ``-v``).
-
-    Flower's simulation logs each client exception twice at ERROR level: the
-    exception (whose text holds Ray's remote traceback) and the local
-    traceback, about 160 lines per crash.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, BaseException):
-            lines = [line for line in str(record.msg).splitlines() if line.strip()]
-            cause = lines[-1].strip() if lines else type(record.msg).__name__
-            record.msg = f"a client failed: {cause}"
-            record.args = ()
-            return True
-        message = record.getMessage()
-        return not message.startswith("Traceback (most recent call last)")
-
-
-@contextmanager
-def quiet_flower(verbose: bool) -> Iterator[None]:
-    """Silence Flower's INFO chatter and Ray's start-up noise unless ``verbose``."""
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    logger = logging.getLogger("flwr")
-    old_level = logger.level
-    drop = _DropDeprecation()
-    shorten = _OneLineClientErrors()
-    if not verbose:
-        logger.setLevel(logging.WARNING)
-        logger.addFilter(drop)
-        logger.addFilter(shorten)
-    try:
-        with warnings.catch_warnings():
-            if not verbose:
-                warnings.simplefilter("ignore", FutureWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        logger.setLevel(old_level)
-        logger.removeFilter(drop)
-        logger.removeFilter(shorten)
-
-
 def simulate(
     config: ExperimentConfig,
     recorder: RunRecorder,
@@ -203,11 +147,11 @@ def simulate(
 
     Flower's ``run_simulation`` on its Ray backend runs it; with
     ``[federation] engine = "fedleak"`` inside
-    :func:`~fedleak.experiments.engine.fast_engine`, which removes the
+    :func:`~fedleak.runtime.engine.fast_engine`, which removes the
     engine's 0.1 s polling steps. With ``control`` the run stops between
     rounds when asked (and Ray's own SIGTERM handlers, which end the
     process mid-round, are kept out:
-    :func:`~fedleak.experiments.lifecycle.keep_signals_from_ray`); ``resume``
+    :func:`~fedleak.runtime.lifecycle.keep_signals_from_ray`); ``resume``
     goes on from a checkpoint, clients' states included.
     """
     from flwr.simulation import run_simulation
@@ -236,7 +180,7 @@ def simulate(
     signals: AbstractContextManager[None] = (
         keep_signals_from_ray() if control is not None else nullcontext()
     )
-    with quiet_flower(verbose), engine, signals, _client_states(clients):
+    with quiet_flower(verbose), engine, signals, capture_client_states(clients):
         run_simulation(
             server_app=server_app,
             client_app=make_experiment_client_app(),
@@ -247,35 +191,6 @@ def simulate(
     if "result" not in outcome:
         raise FedleakError("the simulation ended without a result (see the log above)")
     return outcome["result"]
-
-
-@contextmanager
-def _client_states(clients: ClientStates) -> Iterator[None]:
-    """Hand the simulation's per-node Context stores to ``clients``.
-
-    Flower 1.41 creates them in ``vce_api._register_node_info_stores`` (called
-    once per simulation, before any message); the wrapper passes its result
-    on. Where the function is missing (another Flower) runs still work, but
-    checkpoints carry no client state.
-    """
-    from flwr.server.superlink.fleet.vce import vce_api
-
-    original = getattr(vce_api, "_register_node_info_stores", None)
-    if original is None:  # pragma: no cover - another Flower version
-        yield
-        return
-
-    @functools.wraps(original)
-    def register(*args: Any, **kwargs: Any) -> Any:
-        stores = original(*args, **kwargs)
-        clients.attach(stores)
-        return stores
-
-    vce_api._register_node_info_stores = register
-    try:
-        yield
-    finally:
-        vce_api._register_node_info_stores = original
 
 
 def check_ray(config: ExperimentConfig, ray_address: str | None = None) -> None:

@@ -6,8 +6,8 @@ evaluation, and runs the rounds on the given Grid while a :class:`RunRecorder`
 times them and appends them to ``rounds.jsonl``. The round loop is
 ``Strategy.start``'s (train exchange, aggregation, evaluate exchange, server
 evaluation), run here so that a run can stop between rounds
-(:class:`~fedleak.experiments.lifecycle.RunControl`), write checkpoints
-(:mod:`~fedleak.experiments.checkpoint`) and resume from one.
+(:class:`~fedleak.runtime.lifecycle.RunControl`), write checkpoints
+(:mod:`~fedleak.runtime.checkpoint`) and resume from one.
 :func:`finish_run` turns the outcome into ``results.json`` and ``curves.png``
 (the latter not for an interrupted run).
 """
@@ -19,16 +19,15 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tomli_w
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping,
@@ -42,24 +41,28 @@ import fedleak
 from fedleak.defenses import NOISE_SEED_KEY
 from fedleak.errors import ConfigError
 from fedleak.files import append_jsonl, write_atomic, write_json_atomic
-from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
-from fedleak.training import arrays_from_records, evaluate, set_arrays, torch_threads
-
-from .checkpoint import (
+from fedleak.runtime.checkpoint import (
     Checkpoint,
     ClientStates,
-    numpy_state_from_json,
     restore_strategy_state,
     save_checkpoint,
     strategy_state,
 )
+from fedleak.runtime.engine import (
+    FLOWER_POLL_INTERVAL,
+    EngineGrid,
+    StoppableGrid,
+    engine_active,
+)
+from fedleak.runtime.lifecycle import RunControl, RunStopped
+from fedleak.runtime.noise import NoiseStream
+from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
+from fedleak.training import arrays_from_records, evaluate, set_arrays, torch_threads
+
 from .config import ExperimentConfig
-from .engine import FLOWER_POLL_INTERVAL, EngineGrid, engine_active
-from .lifecycle import RunControl, RunStopped
 from .results import SCHEMA_VERSION, plot_curves, strict_json
 
 __all__ = [
-    "NoiseStream",
     "RunRecorder",
     "build_strategy",
     "finish_run",
@@ -155,7 +158,7 @@ class RunRecorder:
     before round 1 (round 0) and after every round. A round's wall time runs
     from the end of one server evaluation to the end of the next, so the
     rounds tile the run; :meth:`attach` gives it the
-    :class:`~fedleak.experiments.engine.EngineGrid` whose timed exchanges
+    :class:`~fedleak.runtime.engine.EngineGrid` whose timed exchanges
     split each round into waiting for replies, the clients' reported
     compute, the server's evaluation and the server's other work (sampling,
     building messages, aggregation, bookkeeping).
@@ -300,88 +303,6 @@ class RunRecorder:
         return MetricRecord(metrics) if metrics else None
 
 
-class NoiseStream:
-    """The generator Flower's DP wrappers draw their noise from, for one run.
-
-    Flower's ``DifferentialPrivacyServerSide*`` wrappers add Gaussian noise
-    with NumPy's global generator (seeded from OS entropy when NumPy is
-    imported). By default fedleak leaves it alone: the noise cannot be
-    recomputed from the experiment's seed. With ``[privacy] noise_seed`` (not
-    private: anyone who knows the seed can subtract the noise) the strategy's
-    calls run with the global generator swapped for a stream seeded from
-    ``noise_seed`` and swapped back after, so figures can be reproduced and
-    nothing else in the process sees a seeded global generator.
-
-    Parameters
-    ----------
-    seed : int or None
-        ``[privacy] noise_seed``; None draws from the OS-seeded generator.
-    """
-
-    def __init__(self, seed: int | None) -> None:
-        self.seed = seed
-        self.state: tuple[Any, ...] | None = None
-        if seed is not None:
-            stream = np.random.RandomState(
-                np.random.MT19937(np.random.SeedSequence([seed, 0xD1F]))
-            )
-            self.state = cast(tuple[Any, ...], stream.get_state(legacy=True))
-
-    @property
-    def reproducible(self) -> bool:
-        """Whether the noise is a function of :attr:`seed`."""
-        return self.seed is not None
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """Run the block with the seeded stream as NumPy's global generator."""
-        if self.state is None:
-            yield
-            return
-        saved = np.random.get_state()  # noqa: NPY002 - Flower's DP draws from it
-        np.random.set_state(self.state)  # noqa: NPY002
-        try:
-            yield
-        finally:
-            self.state = cast(
-                tuple[Any, ...],
-                np.random.get_state(legacy=True),  # noqa: NPY002
-            )
-            np.random.set_state(saved)  # noqa: NPY002
-
-    def to_json(self) -> dict[str, Any] | None:
-        """Return the stream's state for a checkpoint (None without a noise seed)."""
-        if self.state is None:
-            return None
-        kind, keys, pos, has_gauss, gauss = self.state
-        return {
-            "kind": kind,
-            "keys": [int(k) for k in keys],
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "gauss": float(gauss),
-        }
-
-    def load(self, state: dict[str, Any] | None) -> None:
-        """Restore a state :meth:`to_json` wrote."""
-        if state is not None and self.state is not None:
-            self.state = numpy_state_from_json(state)
-
-
-class _StoppableGrid(EngineGrid):
-    """An :class:`EngineGrid` whose waiting gives up once a stop is overdue."""
-
-    def __init__(self, grid: Grid, poll_interval: float, control: RunControl) -> None:
-        super().__init__(grid, poll_interval)
-        self.control = control
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Pull replies; raise :class:`RunStopped` when the stop's grace is over."""
-        if self.control.abort_due():
-            raise RunStopped
-        return super().pull_messages(message_ids)
-
-
 def _due(server_round: int, config: ExperimentConfig) -> bool:
     every = config.federation.checkpoint_every
     return server_round == config.rounds or (every > 0 and server_round % every == 0)
@@ -399,7 +320,7 @@ def run_federation(
     """Run the experiment's strategy on ``grid`` (the body of the ServerApp).
 
     The strategy sees ``grid`` through an
-    :class:`~fedleak.experiments.engine.EngineGrid` (``[federation] engine``
+    :class:`~fedleak.runtime.engine.EngineGrid` (``[federation] engine``
     and ``poll_interval``), which the recorder reads the round timing from;
     torch runs on ``[federation] server_threads`` threads meanwhile. Rounds
     follow ``Strategy.start`` (Flower 1.41) step by step.
@@ -442,7 +363,7 @@ def run_federation(
     if isinstance(grid, EngineGrid):
         engine_grid = grid
     elif control is not None:
-        engine_grid = _StoppableGrid(grid, poll, control)
+        engine_grid = StoppableGrid(grid, poll, control)
     else:
         engine_grid = EngineGrid(grid, poll)
     recorder.attach(engine_grid, federation.engine)

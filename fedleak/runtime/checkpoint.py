@@ -17,10 +17,12 @@ of each ``RecordDict``.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ __all__ = [
     "CHECKPOINT_NAME",
     "Checkpoint",
     "ClientStates",
+    "capture_client_states",
     "load_checkpoint",
     "restore_strategy_state",
     "save_checkpoint",
@@ -225,3 +228,32 @@ def _decode(blob: bytes) -> RecordDict:
     proto = RecordDictProto()
     proto.ParseFromString(blob)
     return recorddict_from_proto(proto)
+
+
+@contextmanager
+def capture_client_states(clients: ClientStates) -> Iterator[None]:
+    """Hand the simulation's per-node Context stores to ``clients``.
+
+    Flower 1.41 creates them in ``vce_api._register_node_info_stores`` (called
+    once per simulation, before any message); the wrapper passes its result
+    on. Where the function is missing (another Flower) runs still work, but
+    checkpoints carry no client state.
+    """
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = getattr(vce_api, "_register_node_info_stores", None)
+    if original is None:  # pragma: no cover - another Flower version
+        yield
+        return
+
+    @functools.wraps(original)
+    def register(*args: Any, **kwargs: Any) -> Any:
+        stores = original(*args, **kwargs)
+        clients.attach(stores)
+        return stores
+
+    vce_api._register_node_info_stores = register
+    try:
+        yield
+    finally:
+        vce_api._register_node_info_stores = original

@@ -49,7 +49,10 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+from .lifecycle import RunControl, RunStopped
+
 __all__ = [
+    "StoppableGrid",
     "DEFAULT_POLL_INTERVAL",
     "FLOWER_POLL_INTERVAL",
     "MALLOC_ENV",
@@ -458,3 +461,17 @@ def _pop_compute(message: Message) -> float | None:
     del message.content[TIMING_RECORD]
     value = None if record is None else record.get(_COMPUTE_KEY)
     return float(value) if isinstance(value, int | float) else None
+
+
+class StoppableGrid(EngineGrid):
+    """An :class:`EngineGrid` whose waiting gives up once a stop is overdue."""
+
+    def __init__(self, grid: Grid, poll_interval: float, control: RunControl) -> None:
+        super().__init__(grid, poll_interval)
+        self.control = control
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Pull replies; raise :class:`RunStopped` when the stop's grace is over."""
+        if self.control.abort_due():
+            raise RunStopped
+        return super().pull_messages(message_ids)

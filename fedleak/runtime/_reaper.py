@@ -1,7 +1,7 @@
 """Stop the processes a fedleak run left behind, however the run ended.
 
 Run as a script (``python _reaper.py PID``) by
-:func:`fedleak.experiments.lifecycle.start_reaper`, with its standard input
+:func:`fedleak.runtime.lifecycle.start_reaper`, with its standard input
 the read end of a pipe that only the run's process ``PID`` holds open. It
 notes the run's descendants (Ray's GCS, raylet, agents and workers) every
 half second; once the pipe closes (the run exited, was killed, even with
