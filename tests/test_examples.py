@@ -1,5 +1,8 @@
 """The two example Flower apps in ``examples/`` run in Flower's simulation (slow).
 
+They run through ``run_simulation`` (secure against plain FedAvg, below) and
+through Flower's CLI, ``flwr run <example> local``, as Flower users run them.
+
 Each runs secure FedAvg (``SecureAggregation`` + ``secagg_mod``) and plain
 FedAvg on the same simulated federation of 4 nodes, with the example's own
 ClientApp and its ServerApp's ``run``; the secured model must equal the plain
@@ -11,6 +14,9 @@ model's dtype and learn (evaluation accuracy well above chance).
 from __future__ import annotations
 
 import importlib
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ import pytest
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
+from flwr_processes import flower_env, free_port, kill_local_superlink, write_connection
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -69,3 +76,62 @@ def test_example_app_secure_equals_plain_fedavg_in_simulation(folder, package, d
     assert accuracy > 0.8  # ten classes: chance is 0.1
     train = results["secure"].train_metrics_clientapp[3]
     assert train["num-replies"] == 4 and train["secagg-clipped"] == 0
+
+
+@pytest.mark.skipif(
+    not Path("/proc").exists(), reason="needs /proc to stop the local SuperLink"
+)
+@pytest.mark.parametrize(
+    ("folder", "dtype"),
+    [("message-api-app", np.float64), ("numpyclient-app", np.float32)],
+)
+def test_example_app_runs_with_flwr_run_in_simulation(tmp_path, folder, dtype):
+    """``flwr run <example> local`` as a Flower user runs it (offline).
+
+    The CLI starts a local simulation SuperLink (on free ports, so parallel
+    runs never share one) with runtime dependency installation off; the
+    example's ServerApp records every round's model in ``rounds-file``.
+    """
+    app = tmp_path / "app"
+    shutil.copytree(
+        EXAMPLES / folder, app, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    home = tmp_path / "flwr-home"
+    write_connection(home, "local", ":local:")
+    rounds_file = tmp_path / "rounds.jsonl"
+    env = flower_env(
+        home,
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
+        FLWR_LOCAL_CONTROL_API_PORT=str(free_port()),
+    )
+    try:
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("flwr")),
+                "run",
+                str(app),
+                "local",
+                "--stream",
+                "--run-config",
+                f"num-nodes=4 num-server-rounds=2 rounds-file='{rounds_file}'",
+                "--federation-config",
+                "num-supernodes=4 client-resources-num-cpus=1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        kill_local_superlink(home)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    records = [json.loads(line) for line in rounds_file.read_text().splitlines()]
+    assert [r["round"] for r in records[:-1]] == [0, 1, 2]
+    assert all(d == np.dtype(dtype).name for d in records[-2]["dtypes"])
+    train = records[-1]["train-metrics"]
+    assert [train[r]["num-replies"] for r in ("1", "2")] == [4, 4]
+    assert records[-1]["evaluate-metrics"]["2"]["accuracy"] > 0.8
+    # every line of the ServerApp comes through once
+    assert output.count("[ROUND 1/2]") == 1
+    assert output.count("final evaluation:") == 1
