@@ -177,3 +177,31 @@ def test_cost_sizes_are_checked(
 def test_the_smallest_sizes_are_measured(clock: _Clock) -> None:
     (row,) = measure_costs(((3, 1),), repeats=1)
     assert row["thesis"]["bytes_up_per_client"] == 4
+
+
+def test_each_block_measures_both_modes_and_the_floor_in_a_rotated_order(
+    clock: _Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedleak.secagg import costs
+
+    calls: list[str] = []
+    real_round, real_floor = costs._round_once, costs._floor_once
+
+    def round_once(n: int, length: int, mode: str, *rest: Any) -> Any:
+        calls.append(mode)
+        return real_round(n, length, mode, *rest)  # type: ignore[arg-type]
+
+    def floor_once(n: int, length: int) -> Any:
+        calls.append("floor")
+        return real_floor(n, length)
+
+    monkeypatch.setattr(costs, "_round_once", round_once)
+    monkeypatch.setattr(costs, "_floor_once", floor_once)
+    measure_costs(((3, 4),), repeats=4)
+    double, thesis, floor = "double-masking", "thesis", "floor"
+    assert calls == [
+        *(double, thesis, floor),
+        *(thesis, floor, double),
+        *(floor, double, thesis),
+        *(double, thesis, floor),
+    ]
