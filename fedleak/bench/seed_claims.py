@@ -297,6 +297,12 @@ def _fig_7_7(records: Records) -> Finding:
     if monotone(aucs, increasing=False, tol=0.03) and aucs[-1] >= 0.7:
         verdict: Verdict = "reproduced"
         reason = "AUC degrades with K (within 0.03) and stays >= 0.7"
+    elif monotone(aucs, increasing=False, tol=0.03):
+        verdict = "partly"
+        reason = (
+            f"AUC degrades with K as in the seed, but faster: {_f(aucs[-1])} at "
+            f"K = {ks[-1]} (seed: about 0.8 at K = 12)"
+        )
     elif aucs[-1] < aucs[0]:
         verdict, reason = "partly", "AUC degrades overall, not monotonically"
     else:
