@@ -185,6 +185,10 @@ def test_fast_engine_keeps_flowers_polling_when_its_internals_differ(monkeypatch
     def different(state, queue):  # type: ignore[no-untyped-def]
         pass
 
+    # importing fedleak's Flower app (an earlier test may have) installs the
+    # engine dormant; start from Flower's own functions
+    was_installed = bool(engine._ENGINE.originals)
+    engine.uninstall_engine()
     monkeypatch.setattr(vce_api, "add_messages_to_queue", different)
     with (
         pytest.warns(RuntimeWarning, match="add_messages_to_queue"),
@@ -194,6 +198,9 @@ def test_fast_engine_keeps_flowers_polling_when_its_internals_differ(monkeypatch
         assert vce_api.add_messages_to_queue is different
         assert not engine.engine_active()
     assert vce_api.add_messages_to_queue is different
+    monkeypatch.undo()
+    if was_installed:
+        assert engine.install_engine()
 
 
 class FakeState:
