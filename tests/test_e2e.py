@@ -100,9 +100,10 @@ def test_results_split_every_round_into_waiting_compute_and_server_work(tmp_path
     assert timing["round_s"] == [row["wall_s"] for row in timing["rounds"]]
     for row in timing["rounds"]:
         # a train exchange with 3 replies and the (empty) evaluate exchange;
-        # round 1 also asks the 3 nodes for their partition ids
+        # round 1 also asks for the partition ids: one node alone first (the
+        # probe), then the other 2
         first = row["round"] == 1
-        assert row["exchanges"] == (3 if first else 2)
+        assert row["exchanges"] == (4 if first else 2)
         assert row["replies"] == (6 if first else 3)
         assert 0 < row["client_compute_max_s"] <= row["client_compute_s"]
         # waiting and evaluating are disjoint spans inside the round's wall time
