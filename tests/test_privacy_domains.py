@@ -15,6 +15,7 @@ from scipy.stats import norm
 from fedleak.errors import ConfigError, DataError
 from fedleak.privacy import accounting as acc
 from fedleak.privacy import identifiability as ident
+from fedleak.privacy import ldp
 from fedleak.privacy import mechanisms as mech
 
 REFUSED: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] = [
@@ -975,3 +976,66 @@ def _sgm_rdp_by_hand(q: float, sigma: float, alpha: int) -> float:
         for i in k
     ]
     return math.log(sum(terms)) / (alpha - 1)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: acc.epsilon_from_log_moments([1.0], 0.0, [1.0]),
+            r"^delta must be in \(0, 1\); got 0\.0\.$",
+        ),
+        (lambda: acc.sgm_log_moment(1.5, 1.0), r"^q must be in \[0, 1\]; got 1\.5\.$"),
+        (
+            lambda: ident.expected_advantage_gaussian(-1.0, 0.1),
+            r"^epsilon must be a finite number >= 0; got -1\.0\.$",
+        ),
+        (
+            lambda: ident.posterior_belief_bound(-1.0),
+            r"^epsilon must be a finite number >= 0; got -1\.0\.$",
+        ),
+        (
+            lambda: ident.posterior_tail_epsilon(1.0, 1, 0.0),
+            r"^delta must be in \(0, 1\); got 0\.0\.$",
+        ),
+        (
+            lambda: ident.plan_dp_sgd(0.9, 0.01, steps=True),
+            r"^steps must be an integer >= 1; got True\.$",
+        ),
+        (
+            lambda: ldp.pixelization_scale(0.0),
+            r"^epsilon must be a finite number > 0; got 0\.0\.$",
+        ),
+        (
+            lambda: ldp.randomized_response_record_epsilon(0.0, 2),
+            r"^epsilon must be a finite number > 0; got 0\.0\.$",
+        ),
+    ],
+)
+def test_more_refusals_name_the_parameter(call: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        call()
+
+
+def test_zero_epsilon_bounds_are_the_no_privacy_loss_values() -> None:
+    assert ident.expected_advantage_gaussian(0.0, 0.1) == 0.0
+    assert ident.posterior_belief_bound(0.0) == 0.5
+
+
+def test_the_sampled_tail_bound_uses_its_own_order_grid() -> None:
+    """q < 1: the sampled Gaussian's moments on TAIL_LAMBDAS_SUBSAMPLED."""
+    lam = np.asarray(ident.TAIL_LAMBDAS_SUBSAMPLED)
+    moments = 3 * acc.sgm_log_moment(0.5, 2.0, lam)
+    expected, _ = acc.epsilon_from_log_moments(moments, 1e-5, lam)
+    got = ident.posterior_tail_epsilon(2.0, 3, 1e-5, sampling_rate=0.5)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_tail_calibration_is_relative_to_small_multipliers() -> None:
+    """z near 0.24: the bisection stops within 1e-4 z of the root, so 0.03%
+    less noise already exceeds the budget."""
+    plan = ident.plan_dp_sgd(0.999999, 0.5, steps=1)
+    z = plan.noise_multiplier
+    assert 0.2 < z < 0.3
+    assert ident.posterior_tail_epsilon(z, 1, 0.5) <= plan.epsilon
+    assert ident.posterior_tail_epsilon(z * (1 - 3e-4), 1, 0.5) > plan.epsilon
