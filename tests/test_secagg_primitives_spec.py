@@ -506,3 +506,19 @@ def test_key_refusals_are_named() -> None:
     for make, error, message in cases:
         with pytest.raises(error, match=message):
             make()  # type: ignore[operator]
+
+
+def test_an_all_zero_shared_secret_is_refused_even_if_x25519_returns_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libsodium refuses low-order points itself; should an implementation
+    return the all-zero secret instead, agree still refuses it."""
+    from fedleak.secagg import KeyPair, keys
+
+    monkeypatch.setattr(keys, "crypto_scalarmult", lambda secret, public: bytes(32))
+    mine = KeyPair.generate(np.random.default_rng(1))
+    with pytest.raises(
+        ProtocolError,
+        match=r"^invalid public key: a low-order point \(all-zero shared secret\)\.$",
+    ):
+        keys.agree(mine.secret, mine.public)
