@@ -92,11 +92,17 @@ def test_the_report_is_json_ready(report) -> None:
 
 
 def test_the_runner_validates() -> None:
-    with pytest.raises(ConfigError, match="unknown attack"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown attack\(s\) \['nope'\]; choose from \['straggler', 'false-dropout', 'group-of-one', 'round-replay', 'low-threshold', 'split-view', 'downgrade'\]$",
+    ):
         run_secagg_attacks(attacks=["nope"])
-    with pytest.raises(ConfigError, match="unknown mode"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown mode\(s\) \['plain'\]; choose from \['double-masking', 'thesis'\]$",
+    ):
         run_secagg_attacks(modes=["plain"])  # type: ignore[list-item]
-    with pytest.raises(ConfigError, match="n_clients"):
+    with pytest.raises(ConfigError, match=r"^n_clients must be >= 8, got 5$"):
         run_secagg_attacks(n_clients=5)
 
 

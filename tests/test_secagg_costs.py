@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fedleak.errors import ConfigError
@@ -45,10 +46,11 @@ def test_measure_round_and_validation() -> None:
 
 class _Clock:
     """A stand-in for ``time`` in the costs module: the clock moves only when
-    a patched primitive says how long it took."""
+    a patched primitive says how long it took; pycryptodome's calls are kept."""
 
     def __init__(self) -> None:
         self.now = 100.0
+        self.pycryptodome: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def perf_counter(self) -> float:
         return self.now
@@ -60,8 +62,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     """Every primitive of the floor and each client's upload and unmask take a
-    known time on a fake clock (np.add and the server's own timing are not
-    patched: the add takes 0 s)."""
+    known time on a fake clock (the server's own timing is not patched)."""
     from Crypto.Protocol.SecretSharing import Shamir
 
     from fedleak.secagg import costs
@@ -70,19 +71,31 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     fake = _Clock()
     monkeypatch.setattr(costs, "time", fake)
 
-    def timed(function: Any, seconds: float) -> Any:
+    def timed(function: Any, seconds: float, name: str = "") -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
+            if name:
+                fake.pycryptodome.append((name, args, kwargs))
             out = function(*args, **kwargs)
             fake.advance(seconds)
             return out
 
         return run
 
+    class Numpy:
+        """numpy, with an addition that takes 3e-4 s."""
+
+        add = staticmethod(timed(np.add, 3e-4))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+    monkeypatch.setattr(costs, "np", Numpy())
+
     monkeypatch.setattr(costs, "agree", timed(costs.agree, 1e-4))
     monkeypatch.setattr(costs, "expand", timed(costs.expand, 2e-3))
     monkeypatch.setattr(costs, "split", timed(costs.split, 5e-4))
-    monkeypatch.setattr(Shamir, "split", timed(Shamir.split, 1e-2))
-    monkeypatch.setattr(Shamir, "combine", timed(Shamir.combine, 3e-2))
+    monkeypatch.setattr(Shamir, "split", timed(Shamir.split, 1e-2, "split"))
+    monkeypatch.setattr(Shamir, "combine", timed(Shamir.combine, 3e-2, "combine"))
     monkeypatch.setattr(ClientSession, "upload", timed(ClientSession.upload, 1e-3))
     monkeypatch.setattr(ClientSession, "unmask", timed(ClientSession.unmask, 2e-3))
     return fake
@@ -90,19 +103,28 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 
 def test_the_floor_adds_up_what_its_primitives_take(clock: _Clock) -> None:
     """floor = (N - 1) agreements + N (expansion + addition) + one split; the
-    speed-up is pycryptodome's split of two chunks over fedleak's split."""
+    speed-up is pycryptodome's split of two chunks over fedleak's split, for
+    N - 1 holders and combined from the threshold's shares (plain Shamir, no
+    SSSS)."""
     floor = measure_floor(5, 64, repeats=2)
+    splits = [c for c in clock.pycryptodome if c[0] == "split"]
+    combines = [c for c in clock.pycryptodome if c[0] == "combine"]
+    assert splits and combines
+    for _, (threshold, holders, chunk), kwargs in splits:
+        assert (threshold, holders, len(chunk), kwargs) == (3, 4, 16, {"ssss": False})
+    for _, (shares,), kwargs in combines:
+        assert len(shares) == 3 and kwargs == {"ssss": False}
     assert floor == {
         "n_clients": 5,
         "length": 64,
         "threshold": 3,
         "x25519_s": pytest.approx(1e-4),
         "aes_ctr_s": pytest.approx(2e-3),
-        "add_s": 0.0,
+        "add_s": pytest.approx(3e-4),
         "shamir_split_s": pytest.approx(5e-4),
         "pycryptodome_split_s": pytest.approx(2e-2),
         "pycryptodome_combine_s": pytest.approx(6e-2),
-        "floor_client_s": pytest.approx(4 * 1e-4 + 5 * 2e-3 + 5e-4),
+        "floor_client_s": pytest.approx(4 * 1e-4 + 5 * (2e-3 + 3e-4) + 5e-4),
         "shamir_speedup": pytest.approx(40.0),
     }
 
@@ -125,12 +147,22 @@ def test_a_round_reports_each_clients_stages_and_bytes(clock: _Clock) -> None:
     assert type(thesis["bytes_up_per_client"]) is int  # one round: no median
     assert type(thesis["bytes_down_per_client"]) is int
     assert double["bytes_up_per_client"] == 4 * 100 + 4 * (48 + 32)
+    for figures, mode, exchanges in (
+        (double, "double-masking", 2),
+        (thesis, "thesis", 1),
+    ):
+        assert (figures["mode"], figures["n_clients"], figures["length"]) == (
+            mode,
+            5,
+            100,
+        )
+        assert figures["exchanges_per_round"] == exchanges
 
 
 def test_costs_pair_the_modes_and_the_floor_block_by_block(clock: _Clock) -> None:
     (row,) = measure_costs(((3, 16),), repeats=4)
     assert row["repeats"] == 4 and (row["n_clients"], row["length"]) == (3, 16)
-    floor = 2 * 1e-4 + 3 * 2e-3 + 5e-4
+    floor = 2 * 1e-4 + 3 * (2e-3 + 3e-4) + 5e-4
     assert row["floor"]["floor_client_s"] == pytest.approx(floor)
     ratios = row["ratios"]
     assert ratios["client_double_vs_thesis"] == pytest.approx(3e-3 / 1e-3)
@@ -139,6 +171,10 @@ def test_costs_pair_the_modes_and_the_floor_block_by_block(clock: _Clock) -> Non
     server = row["double-masking"]["server_total_s"] / row["thesis"]["server_total_s"]
     assert 0 < ratios["server_double_vs_thesis"] < 100 * server
     assert measure_costs(((3, 4),))[0]["repeats"] == 5  # the default
+    (one,) = measure_costs(((3, 4),), repeats=1)  # one block: the ratio itself
+    assert one["ratios"]["server_double_vs_thesis"] == pytest.approx(
+        one["double-masking"]["server_total_s"] / one["thesis"]["server_total_s"]
+    )
 
 
 def test_figures_are_medians_and_the_error_is_the_largest() -> None:

@@ -80,7 +80,10 @@ def test_capacity_error_names_the_bound() -> None:
     assert "30 inputs" in message and "clip 8" in message and "2^28" in message
     assert "2^31" in message and "modulus_bits=64" in message
     FixedPoint(clip=8.0, scale=2.0**28, modulus_bits=64).check_capacity(30)
-    with pytest.raises(ConfigError, match="2\\^63"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^fixed point overflow: 8589934592 inputs x weight 1 x clip 8 x scale 2\^28 = 1\.84e\+19 \(\+ 4\.29497e\+09 for rounding\) exceeds 2\^63; lower the scale or clip\.$",
+    ):
         FixedPoint(clip=8.0, scale=2.0**28, modulus_bits=64).check_capacity(2**33)
 
 
@@ -104,7 +107,10 @@ def test_capacity_counts_rounding() -> None:
     # 4 x (2^29 - 0.25) < 2^31, but each value rounds up to 2^29 and the sum
     # of four wraps: the + 0.5 per input of the bound is needed.
     fp = FixedPoint(clip=1.0, scale=2.0**29 - 0.25)
-    with pytest.raises(ConfigError, match="rounding"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^fixed point overflow: 4 inputs x weight 1 x clip 1 x scale 5\.36871e\+08 = 2\.15e\+09 \(\+ 2 for rounding\) exceeds 2\^31; lower the scale or clip, or use modulus_bits=64\.$",
+    ):
         fp.check_capacity(4)
     fp.check_capacity(3)
     one, _ = fp.encode(np.ones(1))
@@ -129,7 +135,10 @@ def test_auto_picks_the_largest_fitting_power_of_two(
 
 
 def test_auto_refuses_when_scale_one_overflows() -> None:
-    with pytest.raises(ConfigError, match="fixed point overflow"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^fixed point overflow: 4 inputs x weight 1 x clip 2\^30 x scale 1 = 4\.29e\+09 \(\+ 2 for rounding\) exceeds 2\^31; lower the scale or clip, or use modulus_bits=64\.$",
+    ):
         FixedPoint.auto(2.0**30, 4)
     with pytest.raises(ConfigError):
         FixedPoint.auto(1.0, 4, max_weight=0)
@@ -160,7 +169,10 @@ def test_max_abs_error() -> None:
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_inputs_are_refused(bad: float) -> None:
     fp = FixedPoint(1.0, 2.0**10)
-    with pytest.raises(ConfigError, match="non-finite"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^cannot encode 1 non-finite value\(s\) \(NaN or infinity\)\.$",
+    ):
         fp.encode(np.array([0.0, bad]))
 
 
@@ -187,9 +199,14 @@ def test_encode_and_decode_validate() -> None:
         fp.encode(np.zeros(3), weight=-1.0)
     with pytest.raises(ConfigError):
         fp.encode(np.zeros(3), weight=np.nan)
-    with pytest.raises(ConfigError, match="overflow"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^fixed point overflow: 1 inputs x weight 2\^30 x clip 1 x scale 2\^10 = 1\.1e\+12 \(\+ 0\.5 for rounding\) exceeds 2\^31; lower the scale or clip, or use modulus_bits=64\.$",
+    ):
         fp.encode(np.zeros(3), weight=2.0**30)
-    with pytest.raises(ConfigError, match="uint32"):
+    with pytest.raises(
+        ConfigError, match=r"^decode expects a uint32 array, got uint64\.$"
+    ):
         fp.decode(np.zeros(3, np.uint64))
     with pytest.raises(ConfigError):
         fp.check_capacity(0)

@@ -221,7 +221,7 @@ def test_os_elements_reject_words_at_or_above_the_prime(
     """Rejection sampling: 32-bit words >= p are drawn again, as many as were bad."""
     draws = [
         np.array([PRIME, 7, 2**32 - 1, PRIME - 1], dtype="<u4").tobytes(),
-        np.array([PRIME + 1, 5], dtype="<u4").tobytes(),
+        np.array([PRIME, 5], dtype="<u4").tobytes(),  # p itself again
         np.array([0], dtype="<u4").tobytes(),
     ]
     asked: list[int] = []
@@ -416,6 +416,8 @@ def test_auto_scale_at_the_edges() -> None:
     assert FixedPoint.auto(1e-300, 1).scale == 2.0**1000  # the largest exponent
     assert FixedPoint.auto(1e-9, 2_000_000_000).scale == 2.0**29
     assert FixedPoint.auto(1.0, 200).scale == 2.0**23
+    # the logarithms round this guess to 15, one below the answer: the climb
+    assert FixedPoint.auto(63.38103685803293, 517).scale == 2.0**16
     with pytest.raises(
         ConfigError, match=r"^fixed point overflow: 1 inputs x weight 2\^31"
     ):
@@ -429,3 +431,94 @@ def test_encode_checks_one_weighted_value_and_takes_integers() -> None:
     np.testing.assert_array_equal(
         encoded, np.array([3 * 2**29, 2**32 - 3 * 2**29, 0], dtype=np.uint32)
     )
+
+
+# ------------------------------------------------------------------- keys
+
+
+def test_key_refusals_are_named() -> None:
+    from test_secagg_keys_prg import LOW_ORDER
+
+    from fedleak.secagg import KeyPair, agree
+
+    mine = KeyPair.generate(np.random.default_rng(1))
+    cases: list[tuple[object, type[Exception], str]] = [
+        (
+            lambda: agree(mine.secret, bytes(31)),
+            ProtocolError,
+            r"^invalid public key: expected 32 bytes, got bytes of 31 bytes\.$",
+        ),
+        (
+            lambda: agree(mine.secret, bytearray(32)),
+            ProtocolError,
+            r"^invalid public key: expected 32 bytes, got bytearray of 32 bytes\.$",
+        ),
+        (
+            lambda: agree(mine.secret, "x" * 32),
+            ProtocolError,
+            r"^invalid public key: expected 32 bytes, got str\.$",
+        ),
+        (
+            lambda: agree(bytes(31), mine.public),
+            ConfigError,
+            r"^secret must be 32 bytes\.$",
+        ),
+        (
+            lambda: KeyPair(secret=bytes(31), public=mine.public),
+            ConfigError,
+            r"^KeyPair\.secret must be 32 bytes\.$",
+        ),
+        (
+            lambda: KeyPair(secret=mine.secret, public="x" * 32),
+            ConfigError,
+            r"^KeyPair\.public must be 32 bytes\.$",
+        ),
+        (
+            lambda: KeyPair.from_secret(b"short"),
+            ConfigError,
+            r"^secret must be 32 bytes\.$",
+        ),
+        (
+            lambda: KeyPair.from_secret("x" * 32),
+            ConfigError,
+            r"^secret must be 32 bytes\.$",
+        ),
+        (
+            lambda: KeyPair.generate(np.random.default_rng(0), secure_mode=True),
+            ConfigError,
+            r"^KeyPair\.generate got an rng with secure_mode=True: seeding is refused "
+            r"in secure_mode\.$",
+        ),
+        (
+            lambda: KeyPair.generate(42),
+            ConfigError,
+            r"^rng must be a numpy\.random\.Generator, got int\.$",
+        ),
+    ]
+    cases += [
+        (
+            lambda point=point: agree(mine.secret, point),
+            ProtocolError,
+            r"^invalid public key: a low-order point \(all-zero shared secret\)\.$",
+        )
+        for point in LOW_ORDER
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()  # type: ignore[operator]
+
+
+def test_an_all_zero_shared_secret_is_refused_even_if_x25519_returns_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libsodium refuses low-order points itself; should an implementation
+    return the all-zero secret instead, agree still refuses it."""
+    from fedleak.secagg import KeyPair, keys
+
+    monkeypatch.setattr(keys, "crypto_scalarmult", lambda secret, public: bytes(32))
+    mine = KeyPair.generate(np.random.default_rng(1))
+    with pytest.raises(
+        ProtocolError,
+        match=r"^invalid public key: a low-order point \(all-zero shared secret\)\.$",
+    ):
+        keys.agree(mine.secret, mine.public)

@@ -218,7 +218,10 @@ def test_a_late_upload_would_be_unmasked_by_the_recoveries() -> None:
     # upload would reveal its input exactly. The tally refuses it.
     unmasked = uploads[late] + sum(recoveries, np.zeros(LENGTH, np.uint32))
     np.testing.assert_array_equal(unmasked, xs[late])
-    with pytest.raises(ProtocolError, match="late"):
+    with pytest.raises(
+        ProtocolError,
+        match=r"^upload from 5 rejected \(round 1, group 0\): late, the online set is already fixed and the recovery masks would unmask it\.$",
+    ):
         tally.add_upload(late, 1, uploads[late])
     expected = sum((xs[i] for i in online), np.zeros(LENGTH, np.uint32))
     np.testing.assert_array_equal(tally.result(), expected)

@@ -69,9 +69,15 @@ def test_settings_that_can_never_decrypt_are_refused(
 def test_check_count_names_the_setting() -> None:
     s = ProtocolSettings()
     s.check_count(3, "x")
-    with pytest.raises(ConfigError, match=r"fraction_train 0\.5 of 4 gives 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^secure aggregation needs at least 3 clients per round \(mode 'double-masking' with min_online=3 and threshold=0\.5\), but fraction_train 0\.5 of 4 gives 2; no group could ever be decrypted\.$",
+    ):
         s.check_count(2, "fraction_train 0.5 of 4")
-    with pytest.raises(ConfigError, match="needs at least 4"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^secure aggregation needs at least 4 clients per round \(mode 'thesis' with min_online=4\), but x gives 3; no group could ever be decrypted\.$",
+    ):
         ProtocolSettings(mode="thesis", min_online=4).check_count(3, "x")
 
 

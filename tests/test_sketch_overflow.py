@@ -203,3 +203,21 @@ def test_with_table_refuses_booleans_and_text_and_accepts_large_floats() -> None
     floats = np.zeros(16)
     floats[3] = 1e18
     assert sketch.with_table(floats).table[0, 3] == 10**18
+
+
+def test_one_count_for_repeated_items_is_summed_exactly() -> None:
+    """Two items in the same cells with one count of 2**62 each: 2**63 in
+    exact integers (no int64 wrap-around to -2**63 on the way)."""
+    with pytest.raises(DataError, match=_message(0, 0, 2**63)):
+        CountMinSketch(3, 16, seed=2).update([7, 7], BIG)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"), [(np.float64, 2.0**64), (np.uint64, np.uint64(2**63))]
+)
+def test_a_two_dimensional_table_names_the_cell_too(dtype: type, value: object) -> None:
+    sketch = CountMinSketch(2, 8, seed=0)
+    table = np.zeros((2, 8), dtype=dtype)
+    table[1, 3] = value
+    with pytest.raises(DataError, match=_message(1, 3, int(value))):  # type: ignore[call-overload]
+        sketch.with_table(table)

@@ -428,6 +428,9 @@ def test_value_sketch_refusals_and_empty_input() -> None:
         value_sketch([3, 10], template, low=0, high=9)
     with pytest.raises(DataError, match=r"got \[-1, 3\]\.$"):
         value_sketch([-1, 3], template, low=0, high=9)
+    # both ends of the public range are values like any other
+    ends = value_sketch([0, 9, 9], template, low=0, high=9)
+    assert ends.total == 3 and ends.estimate(value_keys(9)) >= 2
 
 
 def test_private_median_matches_the_plaintext_protocol_with_noise() -> None:
