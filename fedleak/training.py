@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 __all__ = [
@@ -23,9 +24,9 @@ __all__ = [
     "batch_gradient",
     "evaluate",
     "get_arrays",
+    "native_threads",
     "read_npy",
     "set_arrays",
-    "torch_threads",
     "train_epochs",
 ]
 
@@ -230,25 +231,37 @@ def evaluate(
 
 
 @contextmanager
-def torch_threads(num_threads: int) -> Iterator[None]:
-    """Run the block with ``num_threads`` torch intra-op threads (0: unchanged).
+def native_threads(num_threads: int) -> Iterator[None]:
+    """Run the block with ``num_threads`` threads in every native thread pool.
 
-    Torch's thread count is per process; it is restored when the block ends.
-    A simulation's server evaluates while its Ray actors hold the CPUs, and
-    on a loaded machine torch's OpenMP threads then wait for each other
-    (measured: 360 test images, 13-16 ms on one thread, 65-184 ms on two).
-    Set it around a whole run, not around each call: changing the count
-    invalidates oneDNN's cached kernels (an evaluation right after a change
-    took 33 ms against 15 ms).
+    Caps torch's intra-op threads and every BLAS and OpenMP pool loaded in
+    this process (numpy's and scipy's OpenBLAS, scikit-learn's and torch's
+    OpenMP) through threadpoolctl, which finds the pools at run time; ``0``
+    leaves them unchanged. The counts are per process and restored when the
+    block ends.
+
+    A simulation's server runs next to Ray actors that hold the CPUs. With
+    two-thread pools in the server process, a BLAS call during aggregation
+    leaves an OpenBLAS thread spinning for work after it returns, and it
+    takes a CPU from the actors: measured on 2 CPUs, the quickstart's client
+    compute 0.065 s a round with the default pools against 0.025 s capped
+    at one thread, and torch's OpenMP threads waiting for each other (360
+    test images, 13-16 ms on one thread, 65-184 ms on two). Set it around a
+    whole run, not around each call: changing torch's count invalidates
+    oneDNN's cached kernels (an evaluation right after a change took 33 ms
+    against 15 ms).
     """
     if num_threads < 0:
         raise ValueError(f"num_threads must be >= 0, got {num_threads}")
-    before = torch.get_num_threads()
-    if num_threads == 0 or num_threads == before:
+    if num_threads == 0:
         yield
         return
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    before = torch.get_num_threads()
+    with threadpool_limits(limits=num_threads):
+        if num_threads != before:
+            torch.set_num_threads(num_threads)
+        try:
+            yield
+        finally:
+            if num_threads != before:
+                torch.set_num_threads(before)

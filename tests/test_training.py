@@ -9,6 +9,7 @@ from fedleak.training import (
     batch_gradient,
     evaluate,
     get_arrays,
+    native_threads,
     set_arrays,
     train_epochs,
 )
@@ -74,3 +75,47 @@ def test_evaluate_counts_accuracy():
         expected = (model(x).argmax(1) == y).float().mean().item()
     assert result.accuracy == pytest.approx(expected)
     assert result.num_examples == 50
+
+
+def _pool_threads() -> list[tuple[str, int]]:
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS next to numpy's)
+    from threadpoolctl import threadpool_info
+
+    return [(pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
+
+
+@pytest.fixture
+def two_thread_pools():
+    """Every native pool and torch at 2 threads for the test, restored after."""
+    from threadpoolctl import threadpool_limits
+
+    _pool_threads()
+    torch_before = torch.get_num_threads()
+    with threadpool_limits(limits=2):
+        torch.set_num_threads(2)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(torch_before)
+
+
+def test_native_threads_caps_every_pool_and_restores_them(two_thread_pools):
+    before = _pool_threads()
+    assert len(before) >= 2 and all(n == 2 for _, n in before), before
+    with native_threads(1):
+        inside = _pool_threads()
+        assert torch.get_num_threads() == 1
+    assert [path for path, _ in inside] == [path for path, _ in before]
+    assert all(n == 1 for _, n in inside), inside
+    assert torch.get_num_threads() == 2
+    assert _pool_threads() == before
+
+
+def test_native_threads_zero_leaves_pools_and_negative_is_refused(two_thread_pools):
+    before = _pool_threads()
+    with native_threads(0):
+        assert _pool_threads() == before
+        assert torch.get_num_threads() == 2
+    refused = pytest.raises(ValueError, match=r"^num_threads must be >= 0, got -1$")
+    with refused, native_threads(-1):
+        pass

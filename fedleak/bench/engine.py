@@ -92,7 +92,7 @@ from fedleak.runtime.engine import (
 )
 from fedleak.runtime.logs import quiet_flower
 from fedleak.strategies import SecureAggregation
-from fedleak.training import torch_threads
+from fedleak.training import native_threads
 
 from .console import out as console
 from .console import say, written
@@ -205,7 +205,7 @@ def _in_process(body: Callable[[], Result], verbose: bool) -> Result:
     # Flower stamps instruction messages with the ServerApp's task identity
     # (run_simulation sets it again for every simulation).
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    with quiet_flower(verbose), torch_threads(1):  # as in the 1-CPU Ray actors
+    with quiet_flower(verbose), native_threads(1):  # as in the 1-CPU Ray actors
         return body()
 
 

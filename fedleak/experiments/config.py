@@ -158,9 +158,10 @@ class FederationConfig(_Section):
     and an idle poll is one scan of the in-memory LinkState). ``"flower"``
     keeps Flower's own polling (0.1 s per message exchange), for comparison.
     Both give the same results for the same seed. ``server_threads`` caps
-    torch's threads while the server evaluates the global model: its Ray
-    actors hold the CPUs, and oversubscribed OpenMP threads wait for each
-    other (0 leaves torch's own setting).
+    the server process's native threads (torch, BLAS, OpenMP) for the whole
+    run: its Ray actors hold the CPUs, and oversubscribed pools spin and wait
+    for each other (:func:`fedleak.training.native_threads`; 0 leaves the
+    libraries' own settings).
     """
 
     num_clients: int = Field(4, ge=1)
@@ -172,7 +173,10 @@ class FederationConfig(_Section):
         0.002, gt=0, le=1, description="seconds between polls for replies"
     )
     server_threads: int = Field(
-        1, ge=0, description="torch threads of the server's evaluation; 0 = torch's"
+        1,
+        ge=0,
+        description="native threads (torch, BLAS, OpenMP) of the server process; "
+        "0 = the libraries' own",
     )
     checkpoint_every: int = Field(
         10,

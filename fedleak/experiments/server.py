@@ -57,7 +57,12 @@ from fedleak.runtime.engine import (
 from fedleak.runtime.lifecycle import RunControl, RunStopped
 from fedleak.runtime.noise import NoiseStream
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
-from fedleak.training import arrays_from_records, evaluate, set_arrays, torch_threads
+from fedleak.training import (
+    arrays_from_records,
+    evaluate,
+    native_threads,
+    set_arrays,
+)
 
 from .config import ExperimentConfig
 from .results import SCHEMA_VERSION, plot_curves, strict_json
@@ -419,7 +424,7 @@ def run_federation(
         save_checkpoint(recorder.run_dir, checkpoint)
 
     pending_pair: tuple[Checkpoint, ArrayRecord] | None = None
-    with torch_threads(federation.server_threads):
+    with native_threads(federation.server_threads):
         try:
             if first == 1:
                 recorder.evaluate_fn(0, arrays)
