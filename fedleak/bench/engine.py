@@ -299,7 +299,8 @@ def _simulate_secure(config: ExperimentConfig, fast: bool, verbose: bool) -> Any
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
+        with native_threads(config.federation.server_threads):  # as run_federation
+            outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
 
     engine: AbstractContextManager[bool] = (
         fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
