@@ -281,3 +281,36 @@ def test_bench_report_command_writes_the_table(tmp_path):
         BENCHMARKS / "REPRODUCTION.md"
     ).read_text(encoding="utf-8")
     assert "written:" in result.output
+
+
+def _table_4_1_rows(n_users: tuple[int, ...]) -> list[dict[str, Any]]:
+    from fedleak.bench.table_4_1 import THESIS_TABLE_4_1
+
+    seed = {row.n_users: row for row in THESIS_TABLE_4_1}
+    return [
+        {
+            "n_users": n,
+            "sketch_size": seed[n].sketch_size,
+            "from_error_sketch_size": seed[n].from_error_sketch_size,
+            "rounding_differs": seed[n].from_error_sketch_size != seed[n].sketch_size,
+            "thesis_user_to_tally_bytes": seed[n].user_to_tally_bytes,
+            "thesis_tally_to_user_bytes": seed[n].tally_to_user_bytes,
+        }
+        for n in n_users
+    ]
+
+
+def test_table_4_1_rule_compares_every_row_with_the_seed():
+    claim = _claim("000 Table 4.1")
+    every = tuple(range(100, 1001, 100))
+    found = assess(claim, {"secagg": {"table_4_1": _table_4_1_rows(every)}})
+    assert found.verdict == "reproduced"
+    assert "19,584" in found.fedleak and "32,000" in found.fedleak
+    assert "N = 500: 990 vs 972" in found.reason
+    some = assess(claim, {"secagg": {"table_4_1": _table_4_1_rows((100, 200))}})
+    assert (some.verdict, some.reason) == ("partly", "2 of 10 rows measured, all equal")
+    rows = _table_4_1_rows(every)
+    rows[2]["thesis_user_to_tally_bytes"] += 4  # one word more at N = 300
+    wrong = assess(claim, {"secagg": {"table_4_1": rows}})
+    assert wrong.verdict == "not reproduced"
+    assert wrong.reason.startswith("bytes differ from the seed's at N = [300]")

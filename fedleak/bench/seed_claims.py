@@ -21,7 +21,6 @@ Verdicts
 ``no record``
     The record is not in ``benchmarks/``.
 
-Table 4.1 (secure aggregation costs) is judged elsewhere and not listed.
 Bump :data:`CLAIMS_VERSION` when a seed figure or a rule changes.
 """
 
@@ -33,6 +32,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from .table_4_1 import THESIS_TABLE_4_1
 
 __all__ = [
     "CLAIMS",
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 2
+CLAIMS_VERSION: Final = 3
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -653,6 +654,56 @@ def _ch_7_3_4(records: Records) -> Finding:
 # ----------------------------------------------------------------- Ch. 4
 
 
+def _table_4_1(records: Records) -> Finding:
+    """Seed 000 Table 4.1: bytes per user of the thesis-mode protocol, every row."""
+    rows = {int(r["n_users"]): r for r in records["secagg"]["table_4_1"]}
+    measured = [row for row in THESIS_TABLE_4_1 if row.n_users in rows]
+    wrong = [
+        row.n_users
+        for row in measured
+        if int(rows[row.n_users]["sketch_size"]) != row.sketch_size
+        or int(rows[row.n_users]["thesis_user_to_tally_bytes"])
+        != row.user_to_tally_bytes
+        or int(rows[row.n_users]["thesis_tally_to_user_bytes"])
+        != row.tally_to_user_bytes
+    ]
+    rounding = [
+        f"{n}: {int(r['from_error_sketch_size'])} vs {int(r['sketch_size'])}"
+        for n, r in rows.items()
+        if r["rounding_differs"]
+    ]
+    up = " / ".join(
+        f"{int(rows[r.n_users]['thesis_user_to_tally_bytes']):,}" for r in measured
+    )
+    down = " / ".join(
+        f"{int(rows[r.n_users]['thesis_tally_to_user_bytes']):,}" for r in measured
+    )
+    users = " / ".join(str(r.n_users) for r in measured)
+    if not wrong and len(measured) == len(THESIS_TABLE_4_1):
+        verdict: Verdict = "reproduced"
+        reason = (
+            "every row's bytes equal the seed's; fedleak's default wire format adds "
+            "8N bytes of roster ids down"
+        )
+    elif not wrong:
+        verdict = "partly"
+        reason = f"{len(measured)} of {len(THESIS_TABLE_4_1)} rows measured, all equal"
+    else:
+        verdict = "not reproduced"
+        reason = f"bytes differ from the seed's at N = {wrong}"
+    if rounding:
+        reason += "; Definition 7's ceil rounding gives another L at N = " + ", ".join(
+            rounding
+        )
+    return Finding(
+        f"bytes up {up}; down {down} at N {users}",
+        "n/a (no model)",
+        f"{len(measured)} of {len(THESIS_TABLE_4_1)} rows, the seed's own L",
+        verdict,
+        reason,
+    )
+
+
 def _fig_4_5a(records: Records) -> Finding:
     fig = records["sketches"]["recommender"]["fig_4_5a"]
     true = [float(v) for v in fig["true"]]
@@ -1248,6 +1299,15 @@ def _seed_004_monte_carlo(records: Records) -> Finding:
 # ------------------------------------------------------------------ table
 
 CLAIMS: Final[tuple[Claim, ...]] = (
+    Claim(
+        "000 Table 4.1",
+        "Ch. 4.1.4",
+        "bytes per user: 32N of keys down, 4L of masked words up (L = 4,896 at "
+        "N = 100 ... 486 at N = 1,000)",
+        "N = 100 ... 1,000 users",
+        ("secagg",),
+        _table_4_1,
+    ),
     Claim(
         "000 Fig. 4.5(a)",
         "Ch. 4.1.5",
