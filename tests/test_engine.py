@@ -220,9 +220,18 @@ class FakeState:
     def store_message_res(self, message: Message) -> None:
         self.stored.append(message)
 
+    def store_message_ins(self, message: Message) -> str:
+        """What a Grid's push does: queue the message for its node."""
+        with self.lock:
+            self.inbox.setdefault(message.metadata.dst_node_id, []).append(message)
+        return "stored"
 
-def test_a_pushed_message_reaches_the_actors_at_once_not_at_the_next_poll():
-    """With a 60 s fallback poll, only the push's wake-up can deliver in 10 s."""
+
+def test_a_pushed_message_reaches_the_actors_at_once_not_at_the_next_poll(
+    monkeypatch,
+):
+    """With a 60 s fallback, only the push's wake-up can deliver in 10 s."""
+    monkeypatch.setattr(engine, "WAKE_FALLBACK_S", 60.0)
     state, queue, stop = FakeState(), Queue(), threading.Event()
     with fast_engine(60.0):
         worker = threading.Thread(
@@ -241,6 +250,28 @@ def test_a_pushed_message_reaches_the_actors_at_once_not_at_the_next_poll():
 
             EngineGrid(Pusher(None)).push_messages([msg])
             assert queue.get(timeout=10) is msg
+        finally:
+            stop.set()
+            engine._ENGINE.pushed.set()
+            worker.join(timeout=10)
+    assert not worker.is_alive()
+
+
+def test_any_push_into_the_state_wakes_the_dispatcher(monkeypatch):
+    """A Grid that is not an EngineGrid pushes through the LinkState: that wakes it."""
+    monkeypatch.setattr(engine, "WAKE_FALLBACK_S", 60.0)
+    state, queue, stop = FakeState(), Queue(), threading.Event()
+    with fast_engine(60.0):
+        worker = threading.Thread(
+            target=vce_api.add_messages_to_queue, args=(state, queue, {7: 0}, stop)
+        )
+        worker.start()
+        try:
+            time.sleep(0.2)  # the dispatcher is now idle, waiting up to 60 s
+            msg = request(7)
+            assert state.store_message_ins(msg) == "stored"  # wrapped, same answer
+            assert queue.get(timeout=10) is msg
+            assert state.store_message_ins.wakes_dispatcher
         finally:
             stop.set()
             engine._ENGINE.pushed.set()
