@@ -17,9 +17,10 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import click
 import typer
@@ -29,6 +30,11 @@ from rich.markup import escape
 
 from .bench import BENCHMARKS, Benchmark
 from .errors import ConfigError, FedleakError
+
+if TYPE_CHECKING:
+    from .experiments.config import ExperimentConfig
+    from .experiments.runner import RunOutcome
+    from .runtime.lifecycle import RunControl
 
 __all__ = ["app", "main"]
 
@@ -117,52 +123,35 @@ def _progress_bar(verbose: bool) -> Any:
     )
 
 
-def _run(
-    config_path: Path | None,
-    out: Path | None,
-    overrides: list[str],
-    ray_address: str | None,
-    verbose: bool,
-    resume: Path | None = None,
-) -> None:
+def _run_config(
+    config_path: Path | None, overrides: list[str], resume: Path | None
+) -> ExperimentConfig:
+    """Load the experiment: the file with ``--set`` overrides, or a run's own.
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        If ``resume`` holds no ``config.toml``, or neither a file nor
+        ``resume`` is given (or the file does not load).
+    """
     from .experiments.config import load_config
-    from .runtime.lifecycle import (
-        RunControl,
-        exit_now,
-        start_reaper,
-        stop_on_signals,
-    )
 
     if resume is not None:
-        if config_path is not None or out is not None or overrides:
-            raise ConfigError(
-                "--resume RUN_DIR goes on with that run's own config.toml; give no "
-                "CONFIG, --out or --set with it"
-            )
         if not (resume / "config.toml").is_file():
             raise ConfigError(
                 f"resume {resume}: no config.toml there; give the folder of a run "
                 "that fedleak run wrote"
             )
-        config = load_config(resume / "config.toml")
-    elif config_path is None:
+        return load_config(resume / "config.toml")
+    if config_path is None:
         raise ConfigError("give an experiment file (fedleak run CONFIG) or --resume")
-    else:
-        config = load_config(config_path, overrides)
-    from .experiments.results import count_usable_rounds
-    from .experiments.runner import (
-        check_ray,
-        preflight,
-        resume_experiment,
-        run_experiment,
-    )
-    from .experiments.server import make_run_dir
+    return load_config(config_path, overrides)
 
-    # what can fail, before the progress bar shows
-    preflight(config)
-    check_ray(config, ray_address)
-    if resume is None:
-        out = make_run_dir(config, out)
+
+def _round_progress(
+    config: ExperimentConfig, verbose: bool
+) -> tuple[Any, Callable[[int, dict[str, Any]], None]]:
+    """Return the progress bar of a run and the round callback that moves it."""
     progress = _progress_bar(verbose)
     task = progress.add_task(
         f"{config.name} ({config.strategy.name}, "
@@ -176,49 +165,83 @@ def _run(
         metric = f"test acc {acc:.3f}" if isinstance(acc, float) else ""
         progress.update(task, completed=server_round, metric=metric)
 
-    started = time.perf_counter()
-    control = RunControl()
+    return progress, on_round
+
+
+def _run_watched(
+    config: ExperimentConfig,
+    out: Path | None,
+    resume: Path | None,
+    ray_address: str | None,
+    verbose: bool,
+    control: RunControl,
+) -> RunOutcome:
+    """Run (or resume) the experiment under the progress bar, stoppable by signals.
+
+    The leftover-process watcher is started first, so Ray's processes stop
+    however this process ends; closing its pipe afterwards stops them now.
+    """
+    from .experiments.runner import resume_experiment, run_experiment
+    from .runtime.lifecycle import start_reaper, stop_on_signals
+
+    progress, on_round = _round_progress(config, verbose)
     reaper = start_reaper()  # stops Ray's processes however this process ends
     try:
         with stop_on_signals(control), progress:
             if resume is not None:
-                outcome = resume_experiment(
+                return resume_experiment(
                     resume,
                     ray_address=ray_address,
                     verbose=verbose,
                     on_round=on_round,
                     control=control,
                 )
-            else:
-                outcome = run_experiment(
-                    config,
-                    out=out,
-                    ray_address=ray_address,
-                    verbose=verbose,
-                    on_round=on_round,
-                    control=control,
-                )
+            return run_experiment(
+                config,
+                out=out,
+                ray_address=ray_address,
+                verbose=verbose,
+                on_round=on_round,
+                control=control,
+            )
     finally:
         if reaper is not None and reaper.stdin is not None:
             reaper.stdin.close()  # the run's Ray processes are stopped now
-    results = outcome.results
-    run_dir = outcome.run_dir
-    if results.get("status") == "interrupted":
-        name = signal.Signals(control.exit_code - 128).name
-        done = results.get("completed_rounds", 0)
-        rounds = results["config"]["rounds"]
-        where = (
-            f"go on with: fedleak run --resume {escape(str(run_dir))}"
-            if (run_dir / "checkpoint.npz").is_file()
-            else "no round completed, so there is nothing to resume"
-        )
-        _err.print(
-            f"interrupted ({name}) after round {done} of {rounds}: model.npz and "
-            f"results.json in {escape(str(run_dir))}; {where}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        exit_now(control.exit_code)  # the interpreter's teardown takes seconds
+
+
+def _report_interrupted(outcome: RunOutcome, control: RunControl) -> NoReturn:
+    """Say where an interrupted run stopped and how to go on; exit at once."""
+    from .runtime.lifecycle import exit_now
+
+    results, run_dir = outcome.results, outcome.run_dir
+    name = signal.Signals(control.exit_code - 128).name
+    done = results.get("completed_rounds", 0)
+    rounds = results["config"]["rounds"]
+    where = (
+        f"go on with: fedleak run --resume {escape(str(run_dir))}"
+        if (run_dir / "checkpoint.npz").is_file()
+        else "no round completed, so there is nothing to resume"
+    )
+    _err.print(
+        f"interrupted ({name}) after round {done} of {rounds}: model.npz and "
+        f"results.json in {escape(str(run_dir))}; {where}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    exit_now(control.exit_code)  # the interpreter's teardown takes seconds
+
+
+def _report_finished(outcome: RunOutcome, started: float) -> None:
+    """Print a finished run's final accuracy and timing, or fail if no round counted.
+
+    Raises
+    ------
+    typer.Exit
+        With status 1 when no client reply could be used in any round.
+    """
+    from .experiments.results import count_usable_rounds
+
+    results, run_dir = outcome.results, outcome.run_dir
     if count_usable_rounds(results) == 0:
         _err.print(
             "[bold red]error:[/] no client reply could be used in any round "
@@ -238,6 +261,41 @@ def _run(
         f"{median_text}\nresults: {run_dir / 'results.json'}",
         highlight=False,
     )
+
+
+def _run(
+    config_path: Path | None,
+    out: Path | None,
+    overrides: list[str],
+    ray_address: str | None,
+    verbose: bool,
+    resume: Path | None = None,
+) -> None:
+    """Run or resume an experiment from the command line (``fedleak run``).
+
+    What can fail is checked before the progress bar shows: the config, the
+    Flower app's pre-flight, the Ray address and the run folder.
+    """
+    if resume is not None and (config_path is not None or out is not None or overrides):
+        raise ConfigError(
+            "--resume RUN_DIR goes on with that run's own config.toml; give no "
+            "CONFIG, --out or --set with it"
+        )
+    config = _run_config(config_path, overrides, resume)
+    from .experiments.runner import check_ray, preflight
+    from .experiments.server import make_run_dir
+    from .runtime.lifecycle import RunControl
+
+    preflight(config)
+    check_ray(config, ray_address)
+    if resume is None:
+        out = make_run_dir(config, out)
+    started = time.perf_counter()
+    control = RunControl()
+    outcome = _run_watched(config, out, resume, ray_address, verbose, control)
+    if outcome.results.get("status") == "interrupted":
+        _report_interrupted(outcome, control)
+    _report_finished(outcome, started)
 
 
 @app.command()

@@ -36,7 +36,7 @@ Every float field must be finite: NaN and infinities are rejected with a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, get_args
 
 from pydantic import (
     BaseModel,
@@ -57,6 +57,7 @@ __all__ = [
     "PropertyAttackSettings",
     "ProtocolFacts",
     "RunContext",
+    "STRICT_MODEL_CONFIG",
     "SettingsModel",
     "TargetSchedule",
     "describe_validation_error",
@@ -133,6 +134,20 @@ def _flatten(prefix: str, values: Mapping[str, Any], out: dict[str, Any]) -> Non
             out[f"{prefix}.{key}"] = value
 
 
+#: The validation policy of every settings object and of every section of an
+#: experiment file (:mod:`fedleak.experiments.config`): unknown keys refused,
+#: frozen, strict types (an int field takes no bool and no float, a string
+#: field no number; a float field takes an int), defaults validated too, and
+#: NaN and infinities refused.
+STRICT_MODEL_CONFIG: Final = ConfigDict(
+    extra="forbid",
+    frozen=True,
+    strict=True,
+    validate_default=True,
+    allow_inf_nan=False,
+)
+
+
 class SettingsModel(BaseModel):
     """Base of the settings objects: frozen, strict, finite, flat-config aware.
 
@@ -144,13 +159,7 @@ class SettingsModel(BaseModel):
     :class:`~fedleak.errors.ConfigError` naming the key.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        validate_default=True,
-        allow_inf_nan=False,
-    )
+    model_config = STRICT_MODEL_CONFIG.copy()
 
     #: Dotted name of the object in the message config (``"adversary"``).
     prefix: ClassVar[str] = ""

@@ -102,6 +102,124 @@ def _others_update(
     return {k: others[k] / -learning_rate for k in others}
 
 
+def _check_property_arguments(
+    data: TextDataset, has_property: np.ndarray, aux_batches: int, features: str
+) -> None:
+    """Refuse :func:`simulate_property`'s bad arguments (see its Raises)."""
+    if features not in FEATURES:
+        raise ConfigError(f"features must be one of {FEATURES}, got {features!r}")
+    if aux_batches < 1:
+        raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
+    if has_property.shape != (data.x_train.shape[0],):
+        raise ConfigError("has_property needs one flag per training record")
+
+
+class _PropertyRounds:
+    """The two parties' batches and gradients, round by round (Alg. 7).
+
+    Batches come from ``batch_rng``; the target's DP noise, torch's seed in a
+    round and the server's noise from ``noise_rng``. The auxiliary examples
+    the adversary computes (lines 6-9 of Alg. 7) accumulate in
+    :attr:`aux_x` and :attr:`aux_y`.
+    """
+
+    def __init__(
+        self,
+        inputs: tuple[torch.Tensor, torch.Tensor],
+        model: torch.nn.Module,
+        setup: MembershipSetup,
+        pools: dict[tuple[str, bool], np.ndarray],
+        rngs: tuple[np.random.Generator, np.random.Generator],
+        *,
+        aux_batches: int,
+        features: str,
+        emulate_defenses: bool,
+    ) -> None:
+        self.x, self.y = inputs
+        self.model = model
+        self.setup = setup
+        self.pools = pools
+        self.batch_rng, self.noise_rng = rngs
+        self.aux_batches = aux_batches
+        self.features = features
+        self.emulate_defenses = emulate_defenses
+        self.aux_x: list[np.ndarray] = []
+        self.aux_y: list[int] = []
+
+    def _pick(self, role: str, prop: bool) -> torch.Tensor:
+        """Draw a batch of ``role``'s records with (or without) the property."""
+        pool = self.pools[role, prop]
+        chosen = self.batch_rng.choice(pool, self.setup.batch_size, replace=False)
+        return torch.from_numpy(np.sort(chosen))
+
+    def _noise_seed(self) -> int:
+        return int(self.noise_rng.integers(2**62))
+
+    def gradients(
+        self, prop: bool
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Return this round's target and adversary gradients; add auxiliary examples.
+
+        The target's batch has the property iff ``prop``; it uploads its
+        defended gradient. The adversary's own batch is a fair coin's.
+        """
+        tb = self._pick("target", prop)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._noise_seed())
+            g_target = self.setup.defenses.gradient(
+                self.model, self.x[tb], self.y[tb], seed=self._noise_seed()
+            )
+            ab = self._pick("adversary", bool(self.batch_rng.integers(2)))
+            g_adv, _, _ = batch_gradient(self.model, self.x[ab], self.y[ab])
+            self._auxiliary_examples()
+        return g_target, g_adv
+
+    def _auxiliary_examples(self) -> None:
+        """Differentiate ``aux_batches`` adversary batches of each kind (lines 6-9)."""
+        for aux_prop in (True, False):
+            for _ in range(self.aux_batches):
+                aux = self._pick("adversary", aux_prop)
+                if self.emulate_defenses:
+                    g_aux = self.setup.defenses.gradient(
+                        self.model, self.x[aux], self.y[aux], seed=self._noise_seed()
+                    )
+                else:
+                    g_aux, _, _ = batch_gradient(self.model, self.x[aux], self.y[aux])
+                self.aux_x.append(property_features(g_aux, self.features))
+                self.aux_y.append(int(aux_prop))
+
+    def step(
+        self,
+        params: dict[str, np.ndarray],
+        updates: list[dict[str, np.ndarray]],
+        server_round: int,
+    ) -> dict[str, np.ndarray]:
+        """Step the joint model; refuse it once diverged (non-finite parameters)."""
+        new: dict[str, np.ndarray] = server_step(
+            params, updates, self.setup, self.noise_rng
+        )
+        if not all(np.isfinite(v).all() for v in new.values()):
+            raise DataError(
+                f"the joint model diverged in round {server_round} (non-finite "
+                "parameters): there is no update left to score"
+            )
+        return new
+
+
+def _property_auc(
+    rounds: _PropertyRounds,
+    observed: list[np.ndarray],
+    truth: list[int],
+    seed: int,
+) -> float:
+    """Fit the batch property classifier on the auxiliary examples; score the rest."""
+    kind = "random-forest" if rounds.features == "max" else "logistic"
+    classifier = BatchPropertyClassifier(kind=kind, random_state=seed)
+    classifier.fit(np.stack(rounds.aux_x), np.asarray(rounds.aux_y))
+    scores = classifier.predict_proba(np.stack(observed))[:, 1]
+    return float(single_batch_auc(np.asarray(truth), scores))
+
+
 def simulate_property(
     data: TextDataset,
     has_property: np.ndarray,
@@ -153,12 +271,7 @@ def simulate_property(
         If the joint model diverges (a defense's noise can make it): the
         updates are then NaN and any score of them would be an artefact.
     """
-    if features not in FEATURES:
-        raise ConfigError(f"features must be one of {FEATURES}, got {features!r}")
-    if aux_batches < 1:
-        raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
-    if has_property.shape != (data.x_train.shape[0],):
-        raise ConfigError("has_property needs one flag per training record")
+    _check_property_arguments(data, has_property, aux_batches, features)
     split, batches, noise, model_seed = np.random.SeedSequence([seed, 0x9909]).spawn(4)
     pools = _property_pools(has_property, split)
     size = setup.batch_size
@@ -170,46 +283,23 @@ def simulate_property(
     rng = np.random.default_rng(batches)
     noise_rng = np.random.default_rng(noise)
     x_all, y_all, model, params = inputs_and_model(data, setup, model_seed)
-    aux_x: list[np.ndarray] = []
-    aux_y: list[int] = []
+    run = _PropertyRounds(
+        (x_all, y_all),
+        model,
+        setup,
+        pools,
+        (rng, noise_rng),
+        aux_batches=aux_batches,
+        features=features,
+        emulate_defenses=emulate_defenses,
+    )
     observed: list[np.ndarray] = []
     truth: list[int] = []
-
-    def pick(role: str, prop: bool) -> torch.Tensor:
-        pool = pools[role, prop]
-        return torch.from_numpy(np.sort(rng.choice(pool, size, replace=False)))
-
     for t in range(rounds):
         set_arrays(model, params)
         prop = t % 2 == 0
-        tb = pick("target", prop)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(noise_rng.integers(2**62)))
-            g_target = setup.defenses.gradient(
-                model, x_all[tb], y_all[tb], seed=int(noise_rng.integers(2**62))
-            )
-            ab = pick("adversary", bool(rng.integers(2)))
-            g_adv, _, _ = batch_gradient(model, x_all[ab], y_all[ab])
-            for aux_prop in (True, False):
-                for _ in range(aux_batches):
-                    aux = pick("adversary", aux_prop)
-                    if emulate_defenses:
-                        g_aux = setup.defenses.gradient(
-                            model,
-                            x_all[aux],
-                            y_all[aux],
-                            seed=int(noise_rng.integers(2**62)),
-                        )
-                    else:
-                        g_aux, _, _ = batch_gradient(model, x_all[aux], y_all[aux])
-                    aux_x.append(property_features(g_aux, features))
-                    aux_y.append(int(aux_prop))
-        new = server_step(params, [g_target, g_adv], setup, noise_rng)
-        if not all(np.isfinite(v).all() for v in new.values()):
-            raise DataError(
-                f"the joint model diverged in round {t + 1} (non-finite "
-                "parameters): there is no update left to score"
-            )
+        g_target, g_adv = run.gradients(prop)
+        new = run.step(params, [g_target, g_adv], t + 1)
         observed.append(
             property_features(
                 _others_update(params, new, g_adv, setup.learning_rate), features
@@ -217,8 +307,4 @@ def simulate_property(
         )
         truth.append(int(prop))
         params = new
-    kind = "random-forest" if features == "max" else "logistic"
-    classifier = BatchPropertyClassifier(kind=kind, random_state=seed)
-    classifier.fit(np.stack(aux_x), np.asarray(aux_y))
-    scores = classifier.predict_proba(np.stack(observed))[:, 1]
-    return float(single_batch_auc(np.asarray(truth), scores))
+    return _property_auc(run, observed, truth, seed)

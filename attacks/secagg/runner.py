@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,104 @@ def score(
     )
 
 
+def _check_arguments(
+    attacks: Sequence[str], modes: Sequence[Mode], n_clients: int, length: int
+) -> None:
+    """Refuse :func:`run_secagg_attacks`' unknown attacks and modes and bad sizes."""
+    unknown = [a for a in attacks if a not in PLAYS]
+    if unknown:
+        raise ConfigError(f"unknown attack(s) {unknown}; choose from {list(ATTACKS)}")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ConfigError(f"unknown mode(s) {bad}; choose from {list(MODES)}")
+    if n_clients < 8:
+        raise ConfigError(f"n_clients must be >= 8, got {n_clients}")
+    if length < 1:
+        raise ConfigError(f"length must be >= 1, got {length}")
+
+
+def _planned_runs(
+    attacks: Sequence[str], modes: Sequence[Mode], seed_client: bool
+) -> list[tuple[str, Mode, str]]:
+    """Return the ``(attack, mode, client)`` triples to play, in order.
+
+    fedleak's client faces every attack in every mode (``downgrade`` in
+    double-masking only); with ``seed_client`` the seed's client then faces
+    the attack in thesis mode.
+    """
+    runs: list[tuple[str, Mode, str]] = []
+    for attack in attacks:
+        for mode in modes:
+            if attack in _DOUBLE_ONLY and mode != "double-masking":
+                continue
+            runs.append((attack, mode, CLIENT_FEDLEAK))
+        if seed_client and attack not in _DOUBLE_ONLY:
+            runs.append((attack, "thesis", CLIENT_SEED))
+    return runs
+
+
+@dataclass(frozen=True)
+class _Federation:
+    """The clients every attack plays against: their inputs and encoding.
+
+    The inputs are uniform in ``[-1, 1]`` and a function of ``(seed, node,
+    tag)``; the server targets ``target`` with ``colluder``'s help.
+    """
+
+    nodes: list[int]
+    fixed: FixedPoint
+    length: int
+    seed: int
+
+    @property
+    def target(self) -> int:
+        """The node whose input the server wants."""
+        return self.nodes[2]
+
+    @property
+    def colluder(self) -> int:
+        """The node that shares its input with the server."""
+        return self.nodes[0]
+
+    def inputs(self, node: int, tag: int) -> np.ndarray:
+        """Return ``node``'s input vector of round ``tag``."""
+        return np.random.default_rng([self.seed, node, tag]).uniform(
+            -1.0, 1.0, self.length
+        )
+
+    def play(self, k: int, attack: str, mode: Mode, client: str) -> Attempt:
+        """Play run ``k``: ``attack`` against ``client``'s clients in ``mode``."""
+        victims = LocalVictims(
+            self.inputs,
+            self.fixed,
+            client=client,
+            guards=ClientGuards(accept_thesis=mode == "thesis"),
+            rng=np.random.default_rng([self.seed, 0x4B455953, k]),
+        )
+        setup = AttackSetup(
+            victims=victims,
+            nodes=self.nodes,
+            mode=mode,
+            fixed_point=self.fixed,
+            length=self.length,
+            target=self.target,
+            colluder=self.colluder,
+            colluder_input=self.inputs(self.colluder, 0),
+            decode=self.fixed.decode,
+            seed=self.seed,
+        )
+        return PLAYS[attack](setup)
+
+    def truth(self, attempt: Attempt) -> np.ndarray:
+        """Return what ``attempt`` wanted: the target's input, or a difference."""
+        truth = self.inputs(self.target, 0)
+        if attempt.diff_tags:
+            truth = self.inputs(self.target, attempt.diff_tags[0]) - self.inputs(
+                self.target, attempt.diff_tags[1]
+            )
+        return truth
+
+
 def run_secagg_attacks(
     *,
     n_clients: int = 8,
@@ -115,59 +214,18 @@ def run_secagg_attacks(
     ConfigError
         On an unknown attack or mode, or fewer than 8 clients.
     """
-    unknown = [a for a in attacks if a not in PLAYS]
-    if unknown:
-        raise ConfigError(f"unknown attack(s) {unknown}; choose from {list(ATTACKS)}")
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        raise ConfigError(f"unknown mode(s) {bad}; choose from {list(MODES)}")
-    if n_clients < 8:
-        raise ConfigError(f"n_clients must be >= 8, got {n_clients}")
-    if length < 1:
-        raise ConfigError(f"length must be >= 1, got {length}")
-    nodes = [1000 + 17 * i for i in range(n_clients)]
-    target, colluder = nodes[2], nodes[0]
+    _check_arguments(attacks, modes, n_clients, length)
     fixed = FixedPoint.auto(_CLIP, n_clients, modulus_bits=32)
     tolerance = fixed.max_abs_error(2) + 1e-12
-
-    def inputs(node: int, tag: int) -> np.ndarray:
-        return np.random.default_rng([seed, node, tag]).uniform(-1.0, 1.0, length)
-
-    runs: list[tuple[str, Mode, str]] = []
-    for attack in attacks:
-        for mode in modes:
-            if attack in _DOUBLE_ONLY and mode != "double-masking":
-                continue
-            runs.append((attack, mode, CLIENT_FEDLEAK))
-        if seed_client and attack not in _DOUBLE_ONLY:
-            runs.append((attack, "thesis", CLIENT_SEED))
+    federation = _Federation(
+        [1000 + 17 * i for i in range(n_clients)], fixed, length, seed
+    )
     outcomes = []
-    for k, (attack, mode, client) in enumerate(runs):
-        victims = LocalVictims(
-            inputs,
-            fixed,
-            client=client,
-            guards=ClientGuards(accept_thesis=mode == "thesis"),
-            rng=np.random.default_rng([seed, 0x4B455953, k]),
-        )
-        setup = AttackSetup(
-            victims=victims,
-            nodes=nodes,
-            mode=mode,
-            fixed_point=fixed,
-            length=length,
-            target=target,
-            colluder=colluder,
-            colluder_input=inputs(colluder, 0),
-            decode=fixed.decode,
-            seed=seed,
-        )
-        attempt = PLAYS[attack](setup)
-        truth = inputs(target, 0)
-        if attempt.diff_tags:
-            truth = inputs(target, attempt.diff_tags[0]) - inputs(
-                target, attempt.diff_tags[1]
-            )
+    for k, (attack, mode, client) in enumerate(
+        _planned_runs(attacks, modes, seed_client)
+    ):
+        attempt = federation.play(k, attack, mode, client)
+        truth = federation.truth(attempt)
         outcomes.append(score(attack, mode, client, attempt, truth, tolerance))
     settings: dict[str, Any] = {
         "n_clients": n_clients,

@@ -96,6 +96,121 @@ def _strategies(config: ExperimentConfig) -> dict[str, Strategy]:
     }
 
 
+def _bench_config(
+    clients: int,
+    rounds: int,
+    blocks: int,
+    dataset: str,
+    seed: int,
+    engine: str,
+    poll_interval: float | None,
+) -> ExperimentConfig:
+    """Return the experiment setting the benchmark's simulation runs under."""
+    config = validate(
+        {
+            "name": "bench-strategies",
+            "seed": seed,
+            "rounds": rounds,
+            "data": {"dataset": dataset},
+            "strategy": {"name": "sync-sgd", "learning_rate": 0.05},
+            "federation": {
+                "num_clients": clients,
+                "engine": engine,
+                **({} if poll_interval is None else {"poll_interval": poll_interval}),
+            },
+        },
+        "bench settings",
+        "bench-strategies",
+    )
+    if rounds < 2 or blocks < 1:
+        raise ConfigError("bench needs rounds >= 2 and blocks >= 1")
+    return config
+
+
+def _timing_server_app(
+    config: ExperimentConfig,
+    strategies: dict[str, Strategy],
+    timers: dict[str, _RoundTimer],
+    blocks: int,
+    engine_used: dict[str, Any],
+) -> ServerApp:
+    """Return the ServerApp that runs every strategy once a block, rotated.
+
+    Each ``start`` call runs ``config.rounds`` rounds with its strategy's
+    timer as ``evaluate_fn``; ``engine_used`` receives the poll interval and
+    whether replies wake the server.
+    """
+    names = list(strategies)
+    train_config = config.task().to_config()
+    fast = config.federation.engine == "fedleak"
+    poll = config.federation.poll_interval if fast else FLOWER_POLL_INTERVAL
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        # no timing records: the honest ClientApp gets exactly what Flower sends
+        grid = EngineGrid(grid, poll, timing=False)
+        engine_used["poll_interval"] = grid.poll_interval
+        engine_used["wake_ups"] = grid.in_memory and engine_active()
+        arrays = initial_arrays(config)
+        for block in range(blocks):
+            order = names[block % len(names) :] + names[: block % len(names)]
+            for name in order:
+                timers[name].reset()
+                strategies[name].start(
+                    grid=grid,
+                    initial_arrays=arrays,
+                    num_rounds=config.rounds,
+                    timeout=config.federation.round_timeout,
+                    train_config=ConfigRecord(train_config),
+                    evaluate_fn=timers[name],
+                )
+
+    return server_app
+
+
+def _simulate(server_app: ServerApp, config: ExperimentConfig, verbose: bool) -> None:
+    """Run ``server_app`` with honest clients in one Flower simulation.
+
+    fedleak's engine (replies wake the server) is installed for the run when
+    the setting asks for it.
+    """
+    from flwr.simulation import run_simulation
+
+    fast = config.federation.engine == "fedleak"
+    running: AbstractContextManager[bool] = (
+        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
+    )
+    with quiet_flower(verbose), running:
+        run_simulation(
+            server_app=server_app,
+            client_app=make_honest_client_app(mods=[secagg_mod]),
+            num_supernodes=config.federation.num_clients,
+            backend_config=simulation_backend_config(
+                config.federation.cpus_per_client, inline=fast, verbose=verbose
+            ),
+            verbose_logging=verbose,
+        )
+
+
+def _round_times(timers: dict[str, _RoundTimer]) -> dict[str, dict[str, Any]]:
+    """Return each timed strategy's round times and median.
+
+    Raises
+    ------
+    fedleak.errors.FedleakError
+        If no FedAvg round was timed (there is nothing to compare with).
+    """
+    results: dict[str, dict[str, Any]] = {
+        name: {"median_round_s": statistics.median(t.seconds), "round_s": t.seconds}
+        for name, t in timers.items()
+        if t.seconds
+    }
+    if "fedavg" not in results:
+        raise FedleakError("the benchmark recorded no FedAvg round")
+    return results
+
+
 def run_strategy_bench(
     out: str | Path,
     *,
@@ -124,79 +239,18 @@ def run_strategy_bench(
         The report: per-strategy round times and medians, ratios to FedAvg,
         settings, versions and machine.
     """
-    from flwr.simulation import run_simulation
-
-    config = validate(
-        {
-            "name": "bench-strategies",
-            "seed": seed,
-            "rounds": rounds,
-            "data": {"dataset": dataset},
-            "strategy": {"name": "sync-sgd", "learning_rate": 0.05},
-            "federation": {
-                "num_clients": clients,
-                "engine": engine,
-                **({} if poll_interval is None else {"poll_interval": poll_interval}),
-            },
-        },
-        "bench settings",
-        "bench-strategies",
+    config = _bench_config(
+        clients, rounds, blocks, dataset, seed, engine, poll_interval
     )
-    if rounds < 2 or blocks < 1:
-        raise ConfigError("bench needs rounds >= 2 and blocks >= 1")
     preflight(config)
     with quiet_flower(verbose):
         strategies = _strategies(config)
     timers = {name: _RoundTimer() for name in strategies}
-    names = list(strategies)
-    train_config = config.task().to_config()
-    fast = config.federation.engine == "fedleak"
-    poll = config.federation.poll_interval if fast else FLOWER_POLL_INTERVAL
     engine_used: dict[str, Any] = {"engine": config.federation.engine}
     started = time.perf_counter()
-
-    server_app = ServerApp()
-
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        # no timing records: the honest ClientApp gets exactly what Flower sends
-        grid = EngineGrid(grid, poll, timing=False)
-        engine_used["poll_interval"] = grid.poll_interval
-        engine_used["wake_ups"] = grid.in_memory and engine_active()
-        arrays = initial_arrays(config)
-        for block in range(blocks):
-            order = names[block % len(names) :] + names[: block % len(names)]
-            for name in order:
-                timers[name].reset()
-                strategies[name].start(
-                    grid=grid,
-                    initial_arrays=arrays,
-                    num_rounds=rounds,
-                    timeout=config.federation.round_timeout,
-                    train_config=ConfigRecord(train_config),
-                    evaluate_fn=timers[name],
-                )
-
-    running: AbstractContextManager[bool] = (
-        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
-    )
-    with quiet_flower(verbose), running:
-        run_simulation(
-            server_app=server_app,
-            client_app=make_honest_client_app(mods=[secagg_mod]),
-            num_supernodes=clients,
-            backend_config=simulation_backend_config(
-                config.federation.cpus_per_client, inline=fast, verbose=verbose
-            ),
-            verbose_logging=verbose,
-        )
-    results: dict[str, dict[str, Any]] = {
-        name: {"median_round_s": statistics.median(t.seconds), "round_s": t.seconds}
-        for name, t in timers.items()
-        if t.seconds
-    }
-    if "fedavg" not in results:
-        raise FedleakError("the benchmark recorded no FedAvg round")
+    server_app = _timing_server_app(config, strategies, timers, blocks, engine_used)
+    _simulate(server_app, config, verbose)
+    results = _round_times(timers)
     base = results["fedavg"]["median_round_s"]
     record = BenchRecord("strategies", Path(out))
     return record.write(

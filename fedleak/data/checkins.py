@@ -359,6 +359,98 @@ class SyntheticCheckins:
         return {u: int(a) for u, a in enumerate(self.attribute)}
 
 
+@dataclass(frozen=True)
+class _Venues:
+    """The synthetic city's venues (step 1 of :func:`synthetic_checkins`)."""
+
+    area: np.ndarray
+    category: np.ndarray
+    popularity: np.ndarray
+    latitude: np.ndarray
+    longitude: np.ndarray
+
+
+def _draw_venues(
+    rng: np.random.Generator,
+    num_venues: int,
+    num_areas: int,
+    num_categories: int,
+    zipf_exponent: float,
+) -> _Venues:
+    """Draw each venue's area, category, Zipf popularity and coordinates."""
+    side = math.isqrt(num_areas - 1) + 1
+    area = rng.integers(0, num_areas, num_venues)
+    category = rng.integers(0, num_categories, num_venues)
+    popularity = (rng.permutation(num_venues) + 1.0) ** -zipf_exponent
+    cell_lat = (_LAT_RANGE[1] - _LAT_RANGE[0]) / side
+    cell_lon = (_LON_RANGE[1] - _LON_RANGE[0]) / side
+    lat = _LAT_RANGE[0] + (area // side + rng.random(num_venues)) * cell_lat
+    lon = _LON_RANGE[0] + (area % side + rng.random(num_venues)) * cell_lon
+    return _Venues(area, category, popularity, lat, lon)
+
+
+def _preference_weights(
+    venues: _Venues, num_categories: int, attribute_shift: float
+) -> dict[int, np.ndarray]:
+    """Return attribute -> venue weights (step 3 of :func:`synthetic_checkins`).
+
+    Categories below ``num_categories // 2`` are favoured by attribute 1, the
+    others by attribute 0; a favoured venue's popularity is multiplied by
+    ``attribute_shift``.
+    """
+    favoured_by_one = venues.category < num_categories // 2
+    return {
+        b: venues.popularity
+        * np.where(favoured_by_one == bool(b), attribute_shift, 1.0)
+        for b in (0, 1)
+    }
+
+
+def _draw_user_venues(
+    rng: np.random.Generator,
+    count: int,
+    weights: np.ndarray,
+    local: np.ndarray,
+    home_fraction: float,
+) -> np.ndarray:
+    """Draw one user's ``count`` venue indices (step 4 of :func:`synthetic_checkins`).
+
+    Each check-in is at home with probability ``home_fraction`` (never when
+    the home area has no venue) and drawn among ``local``, otherwise among
+    every venue, with probability proportional to ``weights``.
+    """
+    at_home = rng.random(count) < home_fraction
+    if local.size == 0:
+        at_home[:] = False
+    picks = np.empty(count, dtype=np.int64)
+    n_home = int(at_home.sum())
+    if n_home:
+        p = weights[local] / weights[local].sum()
+        picks[at_home] = rng.choice(local, size=n_home, p=p)
+    if n_home < count:
+        p = weights / weights.sum()
+        picks[~at_home] = rng.choice(weights.size, size=count - n_home, p=p)
+    return picks
+
+
+def _synthetic_table(
+    user: np.ndarray, venue_idx: np.ndarray, venues: _Venues, seconds: np.ndarray
+) -> CheckinTable:
+    """Lay out synthetic check-ins in the public format's columns."""
+    category = venues.category[venue_idx]
+    return CheckinTable(
+        user=user,
+        venue=np.asarray([f"{v:024x}" for v in venue_idx], dtype=str),
+        category_id=np.asarray([f"{c:024x}" for c in category], dtype=str),
+        category_name=np.asarray([f"Category {c}" for c in category], dtype=str),
+        latitude=venues.latitude[venue_idx],
+        longitude=venues.longitude[venue_idx],
+        tz_offset=np.full(user.shape[0], -240, dtype=np.int64),
+        utc_time=seconds.astype("datetime64[s]"),
+        source="synthetic check-ins (fedleak.data.checkins.synthetic_checkins)",
+    )
+
+
 def synthetic_checkins(
     num_users: int = 2000,
     num_venues: int = 5000,
@@ -430,56 +522,24 @@ def synthetic_checkins(
     check_real("mean_checkins", mean_checkins, Interval(min_checkins, None))
     check_real("attribute_shift", attribute_shift, Interval(1, None))
     rng = np.random.default_rng(seed)
-    side = math.isqrt(num_areas - 1) + 1
-    area = rng.integers(0, num_areas, num_venues)
-    category = rng.integers(0, num_categories, num_venues)
-    popularity = (rng.permutation(num_venues) + 1.0) ** -zipf_exponent
-    cell_lat = (_LAT_RANGE[1] - _LAT_RANGE[0]) / side
-    cell_lon = (_LON_RANGE[1] - _LON_RANGE[0]) / side
-    lat = _LAT_RANGE[0] + (area // side + rng.random(num_venues)) * cell_lat
-    lon = _LON_RANGE[0] + (area % side + rng.random(num_venues)) * cell_lon
-    favoured_by_one = category < num_categories // 2
-    weight_of = {
-        b: popularity * np.where(favoured_by_one == bool(b), attribute_shift, 1.0)
-        for b in (0, 1)
-    }
-    venues_in = [np.flatnonzero(area == a) for a in range(num_areas)]
+    venues = _draw_venues(rng, num_venues, num_areas, num_categories, zipf_exponent)
+    weight_of = _preference_weights(venues, num_categories, attribute_shift)
+    venues_in = [np.flatnonzero(venues.area == a) for a in range(num_areas)]
     home = rng.integers(0, num_areas, num_users)
     attribute = (rng.random(num_users) < attribute_fraction).astype(np.int64)
     counts = min_checkins + rng.poisson(mean_checkins - min_checkins, num_users)
-    users: list[np.ndarray] = []
-    chosen: list[np.ndarray] = []
-    for u in range(num_users):
-        weights = weight_of[int(attribute[u])]
-        local = venues_in[int(home[u])]
-        at_home = rng.random(counts[u]) < home_fraction
-        if local.size == 0:
-            at_home[:] = False
-        picks = np.empty(counts[u], dtype=np.int64)
-        n_home = int(at_home.sum())
-        if n_home:
-            p = weights[local] / weights[local].sum()
-            picks[at_home] = rng.choice(local, size=n_home, p=p)
-        if n_home < counts[u]:
-            p = weights / weights.sum()
-            picks[~at_home] = rng.choice(num_venues, size=counts[u] - n_home, p=p)
-        users.append(np.full(counts[u], u, dtype=np.int64))
-        chosen.append(picks)
-    user = np.concatenate(users)
-    venue_idx = np.concatenate(chosen)
+    chosen = [
+        _draw_user_venues(
+            rng,
+            counts[u],
+            weight_of[int(attribute[u])],
+            venues_in[int(home[u])],
+            home_fraction,
+        )
+        for u in range(num_users)
+    ]
+    user = np.concatenate([np.full(n, u, dtype=np.int64) for u, n in enumerate(counts)])
     start = int(_SYNTHETIC_START.timestamp())
     seconds = start + rng.integers(0, _SYNTHETIC_DAYS * 86400, user.shape[0])
-    table = CheckinTable(
-        user=user,
-        venue=np.asarray([f"{v:024x}" for v in venue_idx], dtype=str),
-        category_id=np.asarray([f"{c:024x}" for c in category[venue_idx]], dtype=str),
-        category_name=np.asarray(
-            [f"Category {c}" for c in category[venue_idx]], dtype=str
-        ),
-        latitude=lat[venue_idx],
-        longitude=lon[venue_idx],
-        tz_offset=np.full(user.shape[0], -240, dtype=np.int64),
-        utc_time=seconds.astype("datetime64[s]"),
-        source="synthetic check-ins (fedleak.data.checkins.synthetic_checkins)",
-    )
+    table = _synthetic_table(user, np.concatenate(chosen), venues, np.asarray(seconds))
     return SyntheticCheckins(table=table, attribute=attribute, home_area=home)

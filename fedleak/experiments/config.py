@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -54,6 +53,7 @@ from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError
 from fedleak.secagg.settings import ProtocolSettings
 from fedleak.settings import (
+    STRICT_MODEL_CONFIG,
     AdversarySettings,
     ProtocolFacts,
     RunContext,
@@ -90,13 +90,7 @@ class _Section(BaseModel):
     are refused everywhere.
     """
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        validate_default=True,
-        strict=True,
-        allow_inf_nan=False,
-    )
+    model_config = STRICT_MODEL_CONFIG.copy()
 
 
 class DataConfig(_Section):

@@ -20,6 +20,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,193 @@ def _due(server_round: int, config: ExperimentConfig) -> bool:
     return server_round == config.rounds or (every > 0 and server_round % every == 0)
 
 
+def _engine_grid(
+    grid: Grid, config: ExperimentConfig, control: RunControl | None
+) -> EngineGrid:
+    """Return the grid the strategy talks through (``[federation] engine``).
+
+    A grid that is already an :class:`~fedleak.runtime.engine.EngineGrid` is
+    used as it is; otherwise it is wrapped with the engine's poll interval
+    (fedleak's ``poll_interval``, or Flower's own), in a
+    :class:`~fedleak.runtime.engine.StoppableGrid` when stop requests can
+    come.
+    """
+    federation = config.federation
+    poll = (
+        federation.poll_interval
+        if federation.engine == "fedleak"
+        else FLOWER_POLL_INTERVAL
+    )
+    if isinstance(grid, EngineGrid):
+        return grid
+    if control is not None:
+        return StoppableGrid(grid, poll, control)
+    return EngineGrid(grid, poll)
+
+
+def _round_configs(
+    config: ExperimentConfig, recorder: RunRecorder
+) -> tuple[ConfigRecord, ConfigRecord]:
+    """Return the ``ConfigRecord`` of every train and of every evaluate message.
+
+    Training messages carry the task, the client settings (with the run
+    directory, where adversaries write what they observe) and, with
+    ``[privacy] noise_seed``, the seed of the clients' DP-SGD noise.
+    """
+    run_dir = "" if recorder.run_dir is None else str(recorder.run_dir.resolve())
+    train_config = ConfigRecord(
+        {**config.task().to_config(), **config.client_config(run_dir)}
+    )
+    if config.privacy.noise_seed is not None:  # the clients' DP-SGD noise too
+        train_config[NOISE_SEED_KEY] = config.privacy.noise_seed
+    return train_config, ConfigRecord(config.task().to_config())
+
+
+def _starting_point(
+    config: ExperimentConfig,
+    strategy: Strategy,
+    noise: NoiseStream,
+    recorder: RunRecorder,
+    result: Result,
+    resume: Checkpoint | None,
+) -> tuple[ArrayRecord, int]:
+    """Return the global model to start from and the first round to run.
+
+    A fresh run starts at round 1 from :func:`initial_arrays`. A resumed run
+    starts after ``resume.round`` from the checkpoint's model, with the
+    strategy's state, the noise stream, the clients' metrics so far and the
+    recorder's rows put back as they were.
+    """
+    if resume is None:
+        return initial_arrays(config), 1
+    arrays = resume.array_record()
+    restore_strategy_state(strategy, resume.strategy)
+    noise.load(resume.noise_state)
+    result.train_metrics_clientapp.update(
+        {r: MetricRecord(m) for r, m in resume.train_metrics.items()}
+    )
+    result.evaluate_metrics_clientapp.update(
+        {r: MetricRecord(m) for r, m in resume.evaluate_metrics.items()}
+    )
+    recorder.resume(resume.round)
+    return arrays, resume.round + 1
+
+
+@dataclass(frozen=True)
+class _RoundExchanges:
+    """One round of ``Strategy.start`` (Flower 1.41): train, then evaluate.
+
+    The strategy's calls that may draw Flower's DP-wrapper noise run inside
+    :meth:`NoiseStream.active`.
+    """
+
+    strategy: Strategy
+    grid: EngineGrid
+    noise: NoiseStream
+    train_config: ConfigRecord
+    evaluate_config: ConfigRecord
+    timeout: float | None
+
+    def run(
+        self, server_round: int, arrays: ArrayRecord, result: Result
+    ) -> ArrayRecord:
+        """Run round ``server_round`` from ``arrays``; return the new global model.
+
+        The clients' aggregated metrics go into ``result`` once both
+        exchanges are done (a round abandoned on a stop leaves none).
+        """
+        model = arrays
+        with self.noise.active():
+            messages = self.strategy.configure_train(
+                server_round, model, self.train_config, self.grid
+            )
+        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
+        with self.noise.active():
+            new_arrays, train_metrics = self.strategy.aggregate_train(
+                server_round, replies
+            )
+        if new_arrays is not None:
+            model = new_arrays
+        replies = self.grid.send_and_receive(
+            self.strategy.configure_evaluate(
+                server_round, model, self.evaluate_config, self.grid
+            ),
+            timeout=self.timeout,
+        )
+        evaluate_metrics = self.strategy.aggregate_evaluate(server_round, replies)
+        if train_metrics is not None:
+            result.train_metrics_clientapp[server_round] = train_metrics
+        if evaluate_metrics is not None:
+            result.evaluate_metrics_clientapp[server_round] = evaluate_metrics
+        return model
+
+
+class _Checkpoints:
+    """Snapshots every finished round, writes those due and, on a stop, the last.
+
+    A snapshot holds the model as an ``ArrayRecord`` (converted to arrays only
+    when written), the clients' metrics so far, the strategy's state, the
+    noise stream's state and the simulated clients' states
+    (:mod:`fedleak.runtime.checkpoint`).
+    """
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        recorder: RunRecorder,
+        strategy: Strategy,
+        noise: NoiseStream,
+        clients: ClientStates | None,
+        saved_round: int,
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.strategy = strategy
+        self.noise = noise
+        self.clients = clients
+        self.saved_round = saved_round
+        self.pending: tuple[Checkpoint, ArrayRecord] | None = None
+
+    def after_round(
+        self, server_round: int, model: ArrayRecord, result: Result
+    ) -> None:
+        """Snapshot round ``server_round``; write it if ``checkpoint_every`` says so."""
+        self.pending = self._snapshot(server_round, model, result), model
+        if _due(server_round, self.config):
+            self._write(self.pending)
+            self.saved_round = server_round
+
+    def after_stop(self) -> None:
+        """Write the last round's snapshot if the run stopped before it was written."""
+        recorder = self.recorder
+        if self.pending is not None and self.saved_round < recorder.completed_round:
+            self._write(self.pending)
+
+    def _snapshot(
+        self, server_round: int, model: ArrayRecord, result: Result
+    ) -> Checkpoint:
+        return Checkpoint(
+            round=server_round,
+            arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
+            train_metrics={
+                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
+            },
+            evaluate_metrics={
+                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
+            },
+            strategy=strategy_state(self.strategy),
+            noise_state=self.noise.to_json(),
+            clients=self.clients.snapshot() if self.clients is not None else {},
+        )
+
+    def _write(self, pending: tuple[Checkpoint, ArrayRecord]) -> None:
+        checkpoint, model = pending
+        if self.recorder.run_dir is None:
+            return
+        checkpoint.arrays = {k: v.numpy() for k, v in model.items()}
+        save_checkpoint(self.recorder.run_dir, checkpoint)
+
+
 def run_federation(
     grid: Grid,
     config: ExperimentConfig,
@@ -358,114 +546,35 @@ def run_federation(
         "source": "noise_seed" if noise.reproducible else "os-entropy",
         "reproducible": noise.reproducible,
     }
-    federation = config.federation
-    poll = (
-        federation.poll_interval
-        if federation.engine == "fedleak"
-        else FLOWER_POLL_INTERVAL
+    engine_grid = _engine_grid(grid, config, control)
+    recorder.attach(engine_grid, config.federation.engine)
+    rounds = _RoundExchanges(
+        strategy,
+        engine_grid,
+        noise,
+        *_round_configs(config, recorder),
+        timeout=config.federation.round_timeout,
     )
-    engine_grid: EngineGrid
-    if isinstance(grid, EngineGrid):
-        engine_grid = grid
-    elif control is not None:
-        engine_grid = StoppableGrid(grid, poll, control)
-    else:
-        engine_grid = EngineGrid(grid, poll)
-    recorder.attach(engine_grid, federation.engine)
-    run_dir = "" if recorder.run_dir is None else str(recorder.run_dir.resolve())
-    train_config = ConfigRecord(
-        {**config.task().to_config(), **config.client_config(run_dir)}
-    )
-    if config.privacy.noise_seed is not None:  # the clients' DP-SGD noise too
-        train_config[NOISE_SEED_KEY] = config.privacy.noise_seed
-    evaluate_config = ConfigRecord(config.task().to_config())
     result = Result()
-    first = 1
-    if resume is not None:
-        arrays = resume.array_record()
-        first = resume.round + 1
-        restore_strategy_state(strategy, resume.strategy)
-        noise.load(resume.noise_state)
-        result.train_metrics_clientapp.update(
-            {r: MetricRecord(m) for r, m in resume.train_metrics.items()}
-        )
-        result.evaluate_metrics_clientapp.update(
-            {r: MetricRecord(m) for r, m in resume.evaluate_metrics.items()}
-        )
-        recorder.resume(resume.round)
-    else:
-        arrays = initial_arrays(config)
-    saved_round = first - 1
-    timeout = federation.round_timeout
-
-    def snapshot(
-        server_round: int, model: ArrayRecord
-    ) -> tuple[Checkpoint, ArrayRecord]:
-        checkpoint = Checkpoint(
-            round=server_round,
-            arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
-            train_metrics={
-                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
-            },
-            evaluate_metrics={
-                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
-            },
-            strategy=strategy_state(strategy),
-            noise_state=noise.to_json(),
-            clients=clients.snapshot() if clients is not None else {},
-        )
-        return checkpoint, model
-
-    def write(pending_pair: tuple[Checkpoint, ArrayRecord]) -> None:
-        checkpoint, model = pending_pair
-        if recorder.run_dir is None:
-            return
-        checkpoint.arrays = {k: v.numpy() for k, v in model.items()}
-        save_checkpoint(recorder.run_dir, checkpoint)
-
-    pending_pair: tuple[Checkpoint, ArrayRecord] | None = None
-    with native_threads(federation.server_threads):
+    arrays, first = _starting_point(config, strategy, noise, recorder, result, resume)
+    checkpoints = _Checkpoints(config, recorder, strategy, noise, clients, first - 1)
+    with native_threads(config.federation.server_threads):
         try:
             if first == 1:
                 recorder.evaluate_fn(0, arrays)
             for server_round in range(first, config.rounds + 1):
                 if control is not None and control.requested:
                     break
-                model = arrays
-                with noise.active():
-                    messages = strategy.configure_train(
-                        server_round, model, train_config, engine_grid
-                    )
-                replies = engine_grid.send_and_receive(messages, timeout=timeout)
-                with noise.active():
-                    new_arrays, train_metrics = strategy.aggregate_train(
-                        server_round, replies
-                    )
-                if new_arrays is not None:
-                    model = new_arrays
-                replies = engine_grid.send_and_receive(
-                    strategy.configure_evaluate(
-                        server_round, model, evaluate_config, engine_grid
-                    ),
-                    timeout=timeout,
-                )
-                evaluate_metrics = strategy.aggregate_evaluate(server_round, replies)
-                if train_metrics is not None:
-                    result.train_metrics_clientapp[server_round] = train_metrics
-                if evaluate_metrics is not None:
-                    result.evaluate_metrics_clientapp[server_round] = evaluate_metrics
+                model = rounds.run(server_round, arrays, result)
                 recorder.evaluate_fn(server_round, model)
                 arrays = model
                 recorder.completed_round = server_round
-                pending_pair = snapshot(server_round, model)
-                if _due(server_round, config):
-                    write(pending_pair)
-                    saved_round = server_round
+                checkpoints.after_round(server_round, model, result)
         except RunStopped:
             pass  # the round in progress is abandoned; its rows were not written
     stopped = recorder.completed_round < config.rounds
-    if stopped and pending_pair is not None and saved_round < recorder.completed_round:
-        write(pending_pair)
+    if stopped:
+        checkpoints.after_stop()
     recorder.status = "interrupted" if stopped else "completed"
     result.arrays = arrays
     return result

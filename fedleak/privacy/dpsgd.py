@@ -464,16 +464,11 @@ def dp_sgd_train(
     ConfigError
         If a parameter is out of range, or a seed is given in secure mode.
     """
-    n = _check_training(x, y, epochs, batch_size, seed, secure_mode)
-    if secure_mode and noise_rng is not None:
-        raise ConfigError(
-            "Passing noise_rng is prohibited in secure mode: the noise comes "
-            "from the OS CSPRNG."
-        )
+    n = _check_training(x, y, epochs, batch_size, (seed, noise_rng), secure_mode)
     delta = 1.0 / n if delta is None else float(delta)
     per_record = loss_fn or nn.CrossEntropyLoss(reduction="none")
     clipping = clipping or FixedClipping(max_grad_norm)
-    rng = check_rng(None if secure_mode else seed)
+    rng, noise_source = _generators(seed, noise_rng, secure_mode)
     trainer = DPSGD(
         model,
         noise_multiplier=noise_multiplier,
@@ -481,26 +476,34 @@ def dp_sgd_train(
         expected_batch_size=batch_size,
         lr=lr,
         optimizer=optimizer,
-        rng=None if secure_mode else (rng if noise_rng is None else noise_rng),
+        rng=noise_source,
         secure_mode=secure_mode,
         per_sample=per_sample,
     )
-    q = batch_size / n
-    steps_per_epoch = math.ceil(n / batch_size)
-    total = epochs * steps_per_epoch
-    losses, clips = _run_epochs(
-        trainer, model, (x, y), per_record, (epochs, steps_per_epoch), q, rng, progress
-    )
-    epsilon = _spent_epsilon(q, noise_multiplier, clipping, total, delta)
+    lots = _Lots(n, batch_size, epochs)
+    losses, clips = _run_epochs(trainer, model, (x, y), per_record, lots, rng, progress)
     return DPTrainResult(
-        epsilon=epsilon,
+        epsilon=_spent_epsilon(lots.q, noise_multiplier, clipping, lots.total, delta),
         delta=delta,
-        steps=total,
-        sample_rate=q,
+        steps=lots.total,
+        sample_rate=lots.q,
         noise_multiplier=float(noise_multiplier),
         losses=losses,
         clip_norms=clips,
     )
+
+
+def _generators(
+    seed: RngLike, noise_rng: np.random.Generator | None, secure_mode: bool
+) -> tuple[np.random.Generator, np.random.Generator | None]:
+    """Return the Poisson sampling's generator and the noise's.
+
+    The sampling follows ``seed``; the noise follows ``noise_rng`` when
+    given, else the sampling's generator. In secure mode the sampling uses a
+    fresh unseeded generator and the noise's is None (the OS CSPRNG).
+    """
+    rng = check_rng(None if secure_mode else seed)
+    return rng, None if secure_mode else (rng if noise_rng is None else noise_rng)
 
 
 def _check_training(
@@ -508,10 +511,14 @@ def _check_training(
     y: torch.Tensor,
     epochs: int,
     batch_size: int,
-    seed: RngLike,
+    seeds: tuple[RngLike, np.random.Generator | None],
     secure_mode: bool,
 ) -> int:
-    """Refuse :func:`dp_sgd_train`'s bad arguments; return the record count."""
+    """Refuse :func:`dp_sgd_train`'s bad arguments; return the record count.
+
+    ``seeds`` is ``(seed, noise_rng)``: secure mode refuses either.
+    """
+    seed, noise_rng = seeds
     n = int(x.shape[0])
     if n == 0 or int(y.shape[0]) != n:
         raise DataError(
@@ -523,6 +530,11 @@ def _check_training(
         raise ConfigError(
             "Passing seed is prohibited in secure mode: pass seed=None with "
             "secure_mode=True."
+        )
+    if secure_mode and noise_rng is not None:
+        raise ConfigError(
+            "Passing noise_rng is prohibited in secure mode: the noise comes "
+            "from the OS CSPRNG."
         )
     return n
 
@@ -548,27 +560,52 @@ def _spent_epsilon(
     return MomentsAccountant().compose(event, steps).get_epsilon(delta)
 
 
+@dataclass(frozen=True)
+class _Lots:
+    """The Poisson schedule of :func:`dp_sgd_train` (Abadi et al.'s lots).
+
+    Every step samples each of ``n`` records with probability
+    ``q = batch_size / n``; an epoch is ``ceil(n / batch_size)`` steps.
+    """
+
+    n: int
+    batch_size: int
+    epochs: int
+
+    @property
+    def q(self) -> float:
+        """The sampling rate."""
+        return self.batch_size / self.n
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps in one epoch."""
+        return math.ceil(self.n / self.batch_size)
+
+    @property
+    def total(self) -> int:
+        """Steps in all epochs."""
+        return self.epochs * self.steps_per_epoch
+
+
 def _run_epochs(
     trainer: DPSGD,
     model: nn.Module,
     data: tuple[torch.Tensor, torch.Tensor],
     per_record: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    schedule: tuple[int, int],
-    q: float,
+    lots: _Lots,
     rng: np.random.Generator,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[list[float], list[float]]:
     """Run :func:`dp_sgd_train`'s Poisson-sampled steps; close the trainer.
 
-    ``schedule`` is ``(epochs, steps per epoch)``; every step samples each
-    record of ``data`` with probability ``q`` (Abadi et al.'s lots). Returns
-    the mean loss of every epoch (NaN for an epoch whose batches were all
-    empty) and the clipping bound of every step.
+    Every step of ``lots`` samples each record of ``data`` with probability
+    ``lots.q``. Returns the mean loss of every epoch (NaN for an epoch whose
+    batches were all empty) and the clipping bound of every step.
     """
     x, y = data
-    n = int(x.shape[0])
-    epochs, steps_per_epoch = schedule
-    total = epochs * steps_per_epoch
+    n, q = lots.n, lots.q
+    epochs, steps_per_epoch, total = lots.epochs, lots.steps_per_epoch, lots.total
     losses: list[float] = []
     clips: list[float] = []
     model.train()
