@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from fedleak.attacks.membership.embedding import (
     EmbeddingMembership,
+    _fit_scale,
     changed_rows,
     contribution_scale,
     record_bag,
@@ -362,3 +363,235 @@ def test_inference_boundaries() -> None:
         False,
         False,
     ]
+
+
+# ------------------------------------------- secure aggregation, fallbacks, fit
+
+
+def _fixed_point_step(
+    theta: np.ndarray, *grads: np.ndarray, scale: float, lr: float = 0.01
+) -> np.ndarray:
+    """SyncSGD under secure aggregation: each gradient encoded as
+    ``round(g * scale)``, the integer sum decoded, one float32 cast."""
+    total = sum(np.round(g.astype(np.float64) * scale) for g in grads) / scale
+    return (theta.astype(np.float64) - lr * total).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("scale", "with_parameters"), [(2.0**14, True), (2.0**14, False), (2.0**30, True)]
+)
+def test_fixed_point_rounding_is_allowed_for_in_units_of_the_own_update(
+    scale: float, with_parameters: bool
+) -> None:
+    """Secure aggregation's fixed point rounds every encoding by up to half a
+    step: with ``own_quantum`` = group size * 0.5 / scale the bag is exactly
+    the other participant's words, whether the fixed point (2**14) or the
+    float32 cast (2**30, which needs the models) is the coarser rounding;
+    without it the coarse fixed point's rounding of the adversary's own rows
+    shows them as moved (ten seeds)."""
+    quantum = 2 * 0.5 / scale
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        theta = rng.uniform(-0.05, 0.05, (VOCAB, DIM)).astype(np.float32)
+        theta[0] = 0
+        own = _gradient([2, 5, 6, 8, 9], rng)
+        target = _gradient([3, 5, 10], rng)
+        new = _fixed_point_step(theta, own, target, scale=scale)
+        delta = new.astype(np.float64) - theta
+        params = (theta, new) if with_parameters else ()
+        bag = EmbeddingMembership(VOCAB).observe(
+            delta, own=own, parameters=params, own_quantum=quantum
+        )
+        assert bag.tolist() == [3, 5, 10], seed
+        if scale < 2.0**20:
+            unaware = EmbeddingMembership(VOCAB).observe(
+                delta, own=own, parameters=params
+            )
+            assert {2, 6, 8, 9} & set(unaware.tolist()), seed
+
+
+def test_fixed_point_bag_is_exact_when_the_adversary_words_are_mostly_shared() -> None:
+    """The large-batch case (two thirds of the adversary's words shared with
+    correlated updates) under a coarse fixed point: the consensus fit must
+    widen its tolerance by the rounding, or no row agrees with the scale."""
+    rng = np.random.default_rng(7)
+    vocab, dim = 400, 16
+    theta = rng.uniform(-0.05, 0.05, (vocab, dim)).astype(np.float32)
+    theta[0] = 0
+    own = np.zeros((vocab, dim), np.float32)
+    own[1:301] = rng.normal(0, 1e-3, (300, dim))
+    target = np.zeros_like(own)
+    shared = np.arange(1, 201)
+    target[shared] = 0.6 * own[shared] + rng.normal(0, 3e-4, (200, dim))
+    target[350:360] = rng.normal(0, 1e-3, (10, dim))
+    scale = 2.0**14
+    new = _fixed_point_step(theta, own, target, scale=scale)
+    bag = EmbeddingMembership(vocab).observe(
+        new.astype(np.float64) - theta,
+        own=own,
+        parameters=(theta, new),
+        own_quantum=2 * 0.5 / scale,
+    )
+    assert bag.tolist() == sorted([*shared.tolist(), *range(350, 360)])
+
+
+def test_a_row_only_others_moved_by_one_ulp_is_reported() -> None:
+    """A row the adversary did not touch is tested exactly, even with the
+    models given: another participant's change of a single float32 ulp there
+    is seen (only the adversary's rows get the ulps tolerance)."""
+    rng = np.random.default_rng(5)
+    theta = rng.uniform(0.04, 0.05, (VOCAB, DIM)).astype(np.float32)
+    theta[0] = 0
+    own = _gradient([2, 3, 4, 6], rng)
+    lr = 0.01
+    new = _server_step(theta, own, lr=lr)
+    new[7, 1] = np.nextafter(new[7, 1], np.float32(1.0))  # one ulp up
+    bag = EmbeddingMembership(VOCAB).observe(
+        new.astype(np.float64) - theta, own=own, parameters=(theta, new)
+    )
+    assert bag.tolist() == [7]
+
+
+def test_observe_drops_the_attack_own_ignore_list() -> None:
+    update = np.zeros((VOCAB, DIM))
+    update[[0, 3, 7]] = 0.25
+    assert EmbeddingMembership(VOCAB, ignore=(7,)).observe(update).tolist() == [0, 3]
+    with_own = EmbeddingMembership(VOCAB, ignore=(3,)).observe(
+        update, own=np.zeros((VOCAB, DIM))
+    )
+    assert with_own.tolist() == [0, 7]
+
+
+def test_observe_names_the_update_when_it_is_not_a_matrix() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^delta must be an embedding update of shape \(vocabulary, dim\), "
+        r"got shape \(12,\)$",
+    ):
+        EmbeddingMembership(VOCAB).observe(np.zeros(VOCAB))
+
+
+def test_an_empty_observed_bag_is_a_round_without_words() -> None:
+    attack = EmbeddingMembership(6)
+    empty = attack.observe_bag([])
+    assert empty.dtype == np.int64 and empty.size == 0
+    attack.observe_bag([1, 2])
+    assert attack.infer([[1, 2], [3]]).tolist() == [True, False]
+    assert attack.evaluate([[1, 2]], [[3]]).mean_bag_size == 1.0
+
+
+def test_scores_take_any_truthy_decisions_and_labels() -> None:
+    """Decisions and labels are read as truth values: floats and integers
+    other than 0/1 (e.g. counts of containing bags) count as True."""
+    s = score_membership(
+        np.array([1.0, 0.0, 2.0, 0.0]),
+        np.array([2, 0, 0, 1]),
+        num_rounds=1,
+        mean_bag_size=1.0,
+    )
+    assert (s.true_positives, s.false_positives) == (1, 1)
+    assert (s.false_negatives, s.true_negatives) == (1, 1)
+
+
+def test_median_scale_band_includes_its_boundary() -> None:
+    """Without a tolerance, a coefficient exactly 0.1% from the median is
+    pooled: coefficients 1000, 1000, 1001 (within 1.0 of the median 1000)
+    pool to 3001 / 3; 990 and 1010 are left out."""
+    own = np.zeros((6, 2))
+    own[1:6, 0] = 1.0
+    delta = own * np.array([0.0, 1000.0, 1000.0, 1001.0, 990.0, 1010.0])[:, None]
+    assert contribution_scale(delta, own) == pytest.approx(3001.0 / 3.0, rel=1e-12)
+
+
+def test_scale_with_tolerance_pools_the_explained_rows() -> None:
+    """The consensus coefficient is refined by the pooled least-squares fit
+    over every row it explains: rows equal to ``c * own`` up to rounding
+    within the tolerance give sum <d, u> / sum <u, u>, not one row's ratio."""
+    rng = np.random.default_rng(9)
+    own = rng.normal(0, 1.0, (40, 3))
+    tol = np.full((40, 1), 1e-6)
+    delta = -0.01 * own + rng.uniform(-0.4e-6, 0.4e-6, own.shape)
+    delta[:5] += rng.normal(0, 1e-2, (5, 3))  # five rows others moved
+    clean = slice(5, 40)
+    pooled = (delta[clean] * own[clean]).sum() / (own[clean] ** 2).sum()
+    fitted = contribution_scale(delta, own, row_tolerance=tol)
+    assert fitted == pytest.approx(pooled, rel=1e-12)
+    ratios = (delta * own).sum(axis=1) / (own**2).sum(axis=1)
+    assert np.abs(ratios - fitted).min() > 0  # no single row's coefficient
+
+
+def test_exact_arithmetic_finds_the_exact_consensus() -> None:
+    """Zero tolerance (e.g. integer updates): a row explains a candidate only
+    if it equals ``c * own`` exactly, and the exact majority wins."""
+    own = np.zeros((5, 2))
+    own[1:5] = [[1.0, 2.0], [2.0, 1.0], [3.0, 0.0], [1.0, 1.0]]
+    delta = 2.0 * own
+    delta[1] = 5.0 * own[1]  # another participant on row 1 (coefficient 5)
+    assert contribution_scale(delta, own, row_tolerance=0.0) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("own_values", "coefficients", "tolerances", "expected"),
+    [
+        # relative widths 1e-3 and 2e-4 -> row 2 (the larger tolerance)
+        ((1.0, 1.0), (0.01, 0.5), (1e-5, 1e-4), 0.5),
+        # 2e-3 and 1e-4 -> row 2 (the smaller coefficient)
+        ((1.0, 1.0), (0.5, 0.1), (1e-3, 1e-5), 0.1),
+        # widths tol / |own|: 2.5e-4 and 1e-4, relative 5e-4 and 1e-3 -> row 1
+        ((4.0, 1.0), (0.5, 0.1), (1e-3, 1e-4), 0.5),
+    ],
+)
+def test_without_any_agreement_the_relatively_most_precise_row_decides(
+    own_values: tuple[float, float],
+    coefficients: tuple[float, float],
+    tolerances: tuple[float, float],
+    expected: float,
+) -> None:
+    """Every touched row also moved, in a parameter the adversary left alone
+    (tolerance 0 there), so no candidate explains any row: the scale is the
+    coefficient of the row whose width (its coefficient's rounding bound,
+    ``||tol|| / ||own||``) is the smallest relative to the coefficient."""
+    own = np.zeros((3, 2))
+    own[1:, 0] = own_values
+    delta = np.zeros((3, 2))
+    delta[1:, 0] = np.multiply(coefficients, own_values)
+    delta[1:, 1] = 1.0
+    tol = np.zeros((3, 2))
+    tol[1:, 0] = tolerances
+    assert contribution_scale(delta, own, row_tolerance=tol) == expected
+
+
+def test_scale_fit_is_refined_twice_and_bounds_its_error() -> None:
+    """The two refinements of the consensus fit, by hand (one parameter per
+    row, own = 1, so each coefficient is the row's delta and its width its
+    tolerance). Candidates: 6.5 (width 0.875) explains all three rows, 7.25
+    and 5.25 two each. Pass 1 pools all rows: 19 / 3, with the error bound
+    six standard errors, 6 sqrt(sum tol^2 / 12) / 3 = 0.568; pass 2 keeps
+    only row 0 (7.25 and 5.25 lie 0.92 and 1.08 away, beyond 0.25 + 0.568
+    and 0.375 + 0.568): scale 6.5, bound 6 sqrt(0.875^2 / 12)."""
+    own = np.ones((3, 1))
+    delta = np.array([[6.5], [7.25], [5.25]])
+    tol = np.array([[0.875], [0.25], [0.375]])
+    scale, bound = _fit_scale(delta, own, tol)
+    assert scale == 6.5
+    assert bound == pytest.approx(6.0 * np.sqrt(0.875**2 / 12.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 60, 126])
+def test_every_row_is_a_candidate_up_to_128_touched_rows(rank: int) -> None:
+    """128 touched rows: two agree on the scale 0.5, each of the other 126
+    also moved in a parameter the adversary left alone (tolerance 0 there),
+    so it explains no row. Every row's coefficient is tried, so the pair is
+    found wherever it ranks in precision (tolerance / |coefficient|)."""
+    rows = 128
+    own = np.zeros((rows, 2))
+    own[:, 0] = 1.0
+    delta = np.zeros((rows, 2))
+    delta[:, 0] = 1.0 + np.arange(rows)  # distinct coefficients
+    delta[:, 1] = 1.0
+    relative = 1e-6 * (1.0 + np.arange(rows))  # row k has precision rank k
+    pair = [rank, rank + 1]
+    delta[pair] = [0.5, 0.0]
+    tol = np.zeros((rows, 2))
+    tol[:, 0] = relative * np.abs(delta[:, 0])
+    assert contribution_scale(delta, own, row_tolerance=tol) == 0.5
