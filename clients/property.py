@@ -27,7 +27,14 @@ target writes what its batches really held to ``<run dir>/target/truth.jsonl``
 Assumptions the adversary makes about the protocol, as in the seed: it takes
 part in every round (``fraction_train = 1``), it knows the server step and
 reduction (sync-SGD) and the number of clients ``K``, and (model averaging)
-the clients hold equally many records, so its own weight is ``1/K``.
+the clients hold equally many records. Under model averaging its own weight
+is ``n_adv / n`` with the ``n`` the server announces for the previous round
+(:data:`fedleak.protocol.PREVIOUS_AGGREGATED_EXAMPLES`), else ``1/K``; and the
+aggregate it observed is that of ``n / n_adv - 1`` others (equal records),
+else ``K - 1``. So when a participant joins late (Fig. 7.9: ``K = 2`` then
+``3``) the adversary's view before the join is exactly the one other
+participant's update, and it emulates aggregates of as many others as it
+observed in that round.
 """
 
 from __future__ import annotations
@@ -123,6 +130,62 @@ class PropertyAttackContext:
     def emulated_participants(self) -> int:
         """Other participants whose aggregate the adversary emulates (``K - 1``)."""
         return self.attack.emulate or max(self.protocol.num_clients - 1, 1)
+
+
+@dataclass(frozen=True)
+class AveragingView:
+    """What the model-averaging adversary observed in one round (Ch. 7.2.7).
+
+    Attributes
+    ----------
+    own_weight : float
+        Its share ``n_adv / n`` of ``theta_t - theta_{t-1}`` (Alg. 2, line 8).
+    others : int
+        Other participants in that round's average (0: it was alone).
+    emulated : int
+        Other participants its labelled aggregates emulate (>= 1): ``others``
+        unless ``adversary.property.emulate`` fixes it.
+    """
+
+    own_weight: float
+    others: int
+    emulated: int
+
+    @property
+    def total(self) -> int:
+        """Participants of the emulated average (weights ``1/total``)."""
+        return max(self.emulated, self.others) + 1
+
+    @classmethod
+    def of(
+        cls, settings: PropertyAttackContext, announced: object, own_records: int
+    ) -> AveragingView:
+        """Derive the view from the server's announced ``n`` (or ``K``).
+
+        Parameters
+        ----------
+        settings : PropertyAttackContext
+            The attack settings (``K``, ``emulate``).
+        announced : object
+            The config's :data:`fedleak.protocol.PREVIOUS_AGGREGATED_EXAMPLES`
+            (None when the server did not announce it: then ``1/K`` and
+            ``K - 1``, the seed's assumption).
+        own_records : int
+            ``n_adv``, the adversary's records (its reply's weight).
+        """
+        k = settings.protocol.num_clients
+        if (
+            isinstance(announced, int | float)
+            and not isinstance(announced, bool)
+            and announced > 0
+            and own_records > 0
+        ):
+            weight = own_records / float(announced)
+            others = max(round(float(announced) / own_records) - 1, 0)
+        else:
+            weight, others = 1.0 / k, k - 1
+        emulated = settings.attack.emulate or max(others, 1)
+        return cls(own_weight=weight, others=others, emulated=emulated)
 
 
 def _round_of(config: ConfigRecord | None) -> int:
@@ -250,10 +313,17 @@ class PassivePropertyAdversary(HonestClient):
         settings = self.settings()
         theta = _numpy(arrays)
         out, metrics = super().model_reply(arrays, config, server_round)
-        observed = self._observe_averaging(theta, settings, server_round)
+        view = AveragingView.of(
+            settings,
+            config.get(protocol.PREVIOUS_AGGREGATED_EXAMPLES),
+            self.data.num_train,
+        )
+        observed = self._observe_averaging(theta, view, server_round)
         model = self.model_at(arrays)
-        aux, labels = self._auxiliary(model, settings, server_round, averaging=True)
-        self._log(settings, server_round, observed, aux, labels)
+        aux, labels = self._auxiliary(
+            model, settings, server_round, averaging=True, view=view
+        )
+        self._log(settings, server_round, observed, aux, labels, view=view)
         self._remember(theta, _numpy(out), server_round)
         return out, metrics
 
@@ -301,15 +371,15 @@ class PassivePropertyAdversary(HonestClient):
     def _observe_averaging(
         self,
         theta: dict[str, np.ndarray],
-        settings: PropertyAttackContext,
+        view: AveragingView,
         server_round: int,
     ) -> dict[str, np.ndarray] | None:
         previous = self._previous(server_round)
-        if previous is None:
+        if previous is None or view.others == 0:  # nobody else to observe
             return None
         before, own_model = previous
         observed: dict[str, np.ndarray] = derive_averaging_aggregate(
-            before, theta, own_model, 1.0 / settings.protocol.num_clients
+            before, theta, own_model, view.own_weight
         )
         return observed
 
@@ -320,6 +390,7 @@ class PassivePropertyAdversary(HonestClient):
         server_round: int,
         *,
         averaging: bool,
+        view: AveragingView | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         pools = auxiliary_pools(self.spec, self.partition_id)
         rng = self.rng(0xA11, server_round)
@@ -330,11 +401,13 @@ class PassivePropertyAdversary(HonestClient):
             if averaging:
                 epochs = config.get(protocol.LOCAL_EPOCHS, self.spec.local_epochs)
                 lr = config.get(protocol.LEARNING_RATE, self.spec.learning_rate)
+                if view is None:
+                    view = AveragingView.of(settings, None, self.data.num_train)
                 positive, negative = emulated_averaging_pair(
                     model,
                     pools,
-                    participants=settings.emulated_participants,
-                    total_participants=settings.protocol.num_clients,
+                    participants=view.emulated,
+                    total_participants=view.total,
                     records=self.data.num_train,
                     prop_fraction=settings.attack.aux_fraction,
                     epochs=int(cast(int, epochs)),
@@ -365,6 +438,8 @@ class PassivePropertyAdversary(HonestClient):
         observed: dict[str, np.ndarray] | None,
         aux: np.ndarray,
         labels: np.ndarray,
+        *,
+        view: AveragingView | None = None,
     ) -> None:
         if not settings.run_dir:
             raise ConfigError(
@@ -385,7 +460,12 @@ class PassivePropertyAdversary(HonestClient):
             meta={
                 "pooling": settings.attack.pooling,
                 "partition": self.partition_id,
-                "emulated_participants": settings.emulated_participants,
+                "emulated_participants": (
+                    settings.emulated_participants if view is None else view.emulated
+                ),
+                "observed_participants": (
+                    settings.protocol.num_clients - 1 if view is None else view.others
+                ),
                 "aux_fraction": settings.attack.aux_fraction,
                 "alpha": settings.attack.alpha,
                 "kind": self.kind,
@@ -461,9 +541,13 @@ class PropertyTarget(HonestClient):
     records with the property (``batch_fraction`` of the batch) in property
     rounds and from those without otherwise; under model averaging it trains
     on its whole partition (or, with ``control``, on its records without the
-    property). Before ``join_round`` it uploads a zero update (sync-SGD: a
-    zero gradient; model averaging: the received model unchanged). Every
-    round it appends the truth to ``<run dir>/target/truth.jsonl``.
+    property). Before ``join_round`` it takes no part (Fig. 7.9: ``K = 2``
+    until it joins): it replies with weight 0 and
+    :data:`fedleak.protocol.ABSTAINED` = 1 (arrays that change nothing even
+    for a strategy that ignored the flag: a zero gradient, or the received
+    model unchanged), which fedleak's strategies and secure aggregation leave
+    out of the aggregate. Every round it appends the truth to
+    ``<run dir>/target/truth.jsonl``.
     """
 
     def schedule(self) -> TargetSchedule:
@@ -505,7 +589,7 @@ class PropertyTarget(HonestClient):
                 for n, p in model.named_parameters()
             }
             self._truth(server_round, 0.0, False)
-            return _record(zero), MetricRecord({protocol.NUM_EXAMPLES: size})
+            return _record(zero), _abstention()
         if schedule.property_every == 0 and not schedule.control:
             batch = self.next_batch(state)
         else:
@@ -549,13 +633,11 @@ class PropertyTarget(HonestClient):
     def model_reply(
         self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
     ) -> tuple[ArrayRecord, MetricRecord]:
-        """Local training on its partition (Alg. 2), or a zero update before joining."""
+        """Local training on its partition (Alg. 2); before joining, no part."""
         schedule = self.schedule()
         if not schedule.joined(server_round):
             self._truth(server_round, 0.0, False)
-            return ArrayRecord(dict(arrays.items())), MetricRecord(
-                {protocol.NUM_EXAMPLES: self.data.num_train}
-            )
+            return ArrayRecord(dict(arrays.items())), _abstention()
         if schedule.control:
             keep = torch.from_numpy(self._indices(False))
             if keep.numel() == 0:
@@ -571,6 +653,11 @@ class PropertyTarget(HonestClient):
             )
         self._truth(server_round, float(self.data.has_property.mean()), True)
         return super().model_reply(arrays, config, server_round)
+
+
+def _abstention() -> MetricRecord:
+    """Metrics of a reply that sits the round out (weight 0, flagged)."""
+    return MetricRecord({protocol.NUM_EXAMPLES: 0, protocol.ABSTAINED: 1})
 
 
 def property_behaviour(

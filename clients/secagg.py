@@ -17,7 +17,10 @@ pass through untouched.
   ArrayRecord, one MetricRecord) becomes one vector -- arrays in the server's
   layout, the chosen metrics, the weight and the count of clipped values --
   fixed-point encoded, weighted (``n_k`` for averages) and masked. Nothing
-  else leaves the node.
+  else leaves the node. A reply that sits the round out (``num-examples`` 0
+  and :data:`fedleak.protocol.ABSTAINED` = 1: a client that has not joined
+  yet) uploads a masked zero vector of weight 0: it stays in its group and
+  the sum is that of the others.
 - ``unmask``: the shares for online peers and the masks shared with dropped
   ones (never both for one peer, once per round).
 
@@ -54,7 +57,7 @@ from collections.abc import Callable
 from logging import WARNING
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.common import log
 
@@ -230,6 +233,8 @@ class _Encoding:
             k: v.numpy() for k, v in next(iter(content.array_records.values())).items()
         }
         metrics = next(iter(content.metric_records.values()))
+        if _abstains(metrics):
+            return self._abstention()
         weight = 1.0
         if self.weighted:
             n_k = metrics.get(protocol.NUM_EXAMPLES)
@@ -264,6 +269,42 @@ class _Encoding:
         raw = np.array([int(weight), clipped], dtype=np.int64).astype(self.fixed.dtype)
         assert raw.size == len(RAW_SLOTS)
         return np.concatenate([encoded, raw])
+
+    def _abstention(self) -> np.ndarray:
+        """Return the vector of a client that sits the round out: zeros, weight 0.
+
+        It stays in its masking group (its masks cancel as usual), adds
+        nothing to the sum and 0 to the weight slot, so the decoded sum and
+        weight are those of the other members (a weighted mean over them;
+        for a plain sum the weight slot counts the members that took part).
+        """
+        self.clipped, self.largest, self.kept_metrics = 0, 0.0, []
+        return np.zeros(self.layout.length, dtype=self.fixed.dtype)
+
+
+def _abstains(metrics: MetricRecord) -> bool:
+    """Whether a train reply sits the round out (:data:`protocol.ABSTAINED`).
+
+    Raises
+    ------
+    ProtocolError
+        If it sets the flag with a weight other than 0, or the flag to a value
+        other than 0 or 1.
+    """
+    flag = metrics.get(protocol.ABSTAINED)
+    if flag is None or (flag == 0 and not isinstance(flag, bool)):
+        return False
+    if isinstance(flag, bool) or flag != 1:
+        raise ProtocolError(
+            f"{protocol.ABSTAINED}={flag!r}; expected 1 (sits the round out) or 0"
+        )
+    n_k = metrics.get(protocol.NUM_EXAMPLES)
+    if isinstance(n_k, bool) or n_k != 0:
+        raise ProtocolError(
+            f"an abstaining train reply ({protocol.ABSTAINED}=1) must have "
+            f"{protocol.NUM_EXAMPLES}=0, got {n_k!r}"
+        )
+    return True
 
 
 def _warn_once(context: Context, encoding: _Encoding) -> None:

@@ -31,6 +31,17 @@ record name, stages and keys are defined with the protocol engine, in
 A reply that stands for the aggregate of several clients (what the secure
 aggregation wrapper hands to its inner strategy) carries a ConfigRecord
 :data:`AGGREGATE_RECORD` listing them (:data:`AGGREGATE_CONTRIBUTORS`).
+
+A client that takes no part in a round (a participant that has not joined
+the training yet, seed 000 Fig. 7.9) still answers its ``train`` message:
+its MetricRecord holds :data:`NUM_EXAMPLES` = 0 and :data:`ABSTAINED` = 1.
+The strategies leave such a reply out of the aggregate and out of the
+participant count; a weight of 0 without the flag is still malformed.
+
+:class:`fedleak.strategies.ModelAveraging` reports the weight ``n = sum_k
+n_k`` of each round's average as the round metric
+:data:`AGGREGATED_EXAMPLES` and sends it to the next round's clients as
+:data:`PREVIOUS_AGGREGATED_EXAMPLES` (Alg. 2, line 8 divides by it).
 """
 
 from __future__ import annotations
@@ -38,6 +49,8 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ABSTAINED",
+    "AGGREGATED_EXAMPLES",
     "AGGREGATE_CONTRIBUTORS",
     "AGGREGATE_RECORD",
     "ARRAYS_KEY",
@@ -52,6 +65,7 @@ __all__ = [
     "NUM_EXAMPLES",
     "NUM_PARTITIONS",
     "PARTITION_ID",
+    "PREVIOUS_AGGREGATED_EXAMPLES",
     "SERVER_ROUND",
     "TRAIN_MODE",
     "pack_ids",
@@ -74,6 +88,9 @@ MODE_MODEL: Final = "model"
 LEARNING_RATE: Final = "lr"
 LOCAL_EPOCHS: Final = "local-epochs"
 NUM_EXAMPLES: Final = "num-examples"
+ABSTAINED: Final = "abstained"
+AGGREGATED_EXAMPLES: Final = "aggregated-examples"
+PREVIOUS_AGGREGATED_EXAMPLES: Final = "previous-aggregated-examples"
 
 AGGREGATE_RECORD: Final = "fedleak-aggregate"
 AGGREGATE_CONTRIBUTORS: Final = "contributors"

@@ -301,8 +301,10 @@ class TargetSchedule(SettingsModel):
     fraction ``batch_fraction`` (``1/m`` of its batches, seed 000 Ch. 7.2.3);
     other batches have none. Rounds are eligible from ``join_round`` on and,
     if ``property_rounds = [a, b]`` is given, only for ``a <= r < b``
-    (Ch. 7.2.4). Before ``join_round`` the target uploads a zero update (it
-    has not joined, Fig. 7.9). ``control = true`` never uses a record with
+    (Ch. 7.2.4). Before ``join_round`` the target takes no part: it replies
+    with weight 0 and ``abstained`` (:data:`fedleak.protocol.ABSTAINED`), and
+    the server averages the others only (Fig. 7.9: ``K - 1`` participants,
+    then ``K`` from the join on). ``control = true`` never uses a record with
     the property (control trials, Fig. 7.8). ``property_every = 0`` keeps
     the honest batch order. Under model averaging the target trains on its
     whole partition, whose share of property records is

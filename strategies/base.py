@@ -18,6 +18,14 @@ built-in strategies that matter for reproducible leakage experiments:
    counted in the round's metrics (``num-errors``, ``num-missing``,
    ``num-rejected`` for malformed replies), and replies are aggregated in
    partition order so floating-point sums do not depend on arrival order.
+
+A client that has not joined the training yet (seed 000 Fig. 7.9: ``K = 2``
+until the target joins, then ``K = 3``) answers with weight 0 and
+:data:`fedleak.protocol.ABSTAINED` = 1: :meth:`PartitionAwareStrategy.abstains`
+recognises it, and the reply is left out of the aggregate and of
+``num-replies`` (counted in ``num-abstained``), so the round is exactly the
+round of the others. A weight of 0 without the flag, or a negative one, is
+still a malformed reply.
 """
 
 from __future__ import annotations
@@ -90,6 +98,9 @@ class RoundReplies:
         Sampled nodes that did not reply before the timeout.
     num_rejected : int
         Replies that arrived but were malformed (set by the aggregator).
+    num_abstained : int
+        Well-formed replies of clients that sat the round out (weight 0 and
+        :data:`fedleak.protocol.ABSTAINED`; set by the aggregator).
     """
 
     valid: list[Message]
@@ -98,15 +109,21 @@ class RoundReplies:
     num_missing: int
     num_rejected: int = 0
     rejected_reasons: list[str] = field(default_factory=list)
+    num_abstained: int = 0
 
     def counts(self) -> dict[str, int]:
-        """Return the counts as the round metrics fedleak reports."""
+        """Return the counts as the round metrics fedleak reports.
+
+        ``num-replies`` counts the replies that were aggregated: valid ones
+        less the rejected and the abstaining ones.
+        """
         return {
             "num-sampled": self.num_sampled,
-            "num-replies": len(self.valid) - self.num_rejected,
+            "num-replies": len(self.valid) - self.num_rejected - self.num_abstained,
             "num-errors": self.num_errors,
             "num-missing": self.num_missing,
             "num-rejected": self.num_rejected,
+            "num-abstained": self.num_abstained,
         }
 
 
@@ -510,11 +527,51 @@ class PartitionAwareStrategy(Strategy, ABC):
             or not math.isfinite(weight)
             or weight <= 0
         ):
+            hint = (
+                f" (a client that sits the round out also sets {protocol.ABSTAINED}=1)"
+                if weight == 0
+                else ""
+            )
             raise ProtocolError(
                 f"reply from node {message.metadata.src_node_id} has "
-                f"{self.weighted_by_key}={weight!r}; expected a positive number"
+                f"{self.weighted_by_key}={weight!r}; expected a positive number" + hint
             )
         return float(weight)
+
+    def abstains(self, message: Message) -> bool:
+        """Whether a reply sits the round out (its client has not joined yet).
+
+        Such a reply's MetricRecord holds :data:`fedleak.protocol.ABSTAINED`
+        = 1 and ``weighted_by_key`` = 0 (seed 000 Fig. 7.9: a participant
+        that joins later takes no part before); its arrays, if any, are not
+        read. A reply without the flag (or with ``ABSTAINED`` = 0) does not
+        abstain and is checked as usual.
+
+        Raises
+        ------
+        ProtocolError
+            If the reply does not hold exactly one MetricRecord, or it sets
+            the flag to anything but 0 or 1, or sets it with a weight other
+            than 0 (a client cannot both abstain and count).
+        """
+        _, metrics = self.single_records(message, need_arrays=False)
+        flag = metrics.get(protocol.ABSTAINED)
+        if flag is None or (flag == 0 and not isinstance(flag, bool)):
+            return False
+        node = message.metadata.src_node_id
+        if isinstance(flag, bool) or flag != 1:
+            raise ProtocolError(
+                f"reply from node {node} has {protocol.ABSTAINED}={flag!r}; "
+                "expected 1 (sits the round out) or 0"
+            )
+        weight = metrics.get(self.weighted_by_key)
+        if isinstance(weight, bool) or weight != 0:
+            raise ProtocolError(
+                f"reply from node {node} abstains ({protocol.ABSTAINED}=1) but has "
+                f"{self.weighted_by_key}={weight!r}; an abstaining reply must "
+                "weigh 0"
+            )
+        return True
 
     def reject(
         self, round_replies: RoundReplies, message: Message, reason: str
@@ -569,7 +626,9 @@ class PartitionAwareStrategy(Strategy, ABC):
 
         Returns the accepted replies' ``(arrays, weight)`` in partition order,
         and the round metrics: the weighted mean of the accepted replies'
-        metrics plus the counts of :meth:`RoundReplies.counts`.
+        metrics plus the counts of :meth:`RoundReplies.counts`. Abstaining
+        replies (:meth:`abstains`) are neither accepted nor rejected: they
+        are counted in ``num-abstained`` only.
         """
         model = self.global_model(server_round)
         collected = self.collect_replies(server_round, replies)
@@ -577,6 +636,9 @@ class PartitionAwareStrategy(Strategy, ABC):
         accepted_messages: list[Message] = []
         for message in collected.valid:
             try:
+                if self.abstains(message):
+                    collected.num_abstained += 1
+                    continue
                 accepted.append(self.check_arrays(message, model, complete=complete))
             except ProtocolError as err:
                 self.reject(collected, message, str(err))

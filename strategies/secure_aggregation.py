@@ -876,12 +876,20 @@ class SecureAggregation(Strategy):
             self._round_failures.append(self._why_nothing(outcome, state, errors))
             return None, metrics
         self._check_clipping(server_round, int(raw[1]), state)
+        if int(raw[0]) <= 0:  # every contributor sat the round out (weight 0)
+            log(
+                INFO,
+                "secure aggregation round %d: every contributor abstained; the "
+                "global model is unchanged",
+                outcome.round,
+            )
+            return None, metrics
         # every contributor's value is rounded to a multiple of 1/scale
         bound = state.fixed.max_abs_error(len(contributors))
         if self.weighted:
             bound /= max(int(raw[0]), 1)
         elif getattr(self.aggregator, "reduction", "sum") == "mean":
-            bound /= len(contributors)
+            bound /= int(raw[0])
         metrics["secagg-error-bound"] = bound
         arrays, inner_metrics = self._inner_aggregate(
             server_round, state, total, int(raw[0]), contributors
@@ -992,6 +1000,9 @@ class SecureAggregation(Strategy):
         weight: int,
         contributors: list[int],
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        # ``weight`` is the decoded weight slot: sum n_k for averages, and
+        # for sums the count of members that took part (an abstaining member,
+        # one that has not joined yet, uploads zeros with weight 0)
         layout = state.layout
         values = total[: layout.model_length]
         metric_values = total[layout.model_length :]
@@ -999,18 +1010,14 @@ class SecureAggregation(Strategy):
             values = values / weight
             metric_values = metric_values / weight
         elif getattr(self.aggregator, "reduction", "sum") == "mean":
-            values = values / len(contributors)
+            values = values / weight
         arrays = {
             name: _cast(value, state.dtypes.get(name, np.dtype(np.float32)))
             for name, value in layout.unflatten(values).items()
         }
-        metrics = MetricRecord(
-            {protocol.NUM_EXAMPLES: weight if self.weighted else len(contributors)}
-        )
+        metrics = MetricRecord({protocol.NUM_EXAMPLES: weight})
         for name, value in zip(layout.metric_names, metric_values, strict=True):
-            metrics[name] = (
-                float(value) if self.weighted else float(value) / len(contributors)
-            )
+            metrics[name] = float(value) if self.weighted else float(value) / weight
         template = state.template
         assert template is not None
         content = RecordDict(

@@ -34,7 +34,10 @@ class SyncSGD(PartitionAwareStrategy):
     The update is computed in float64 and cast back to each array's dtype.
     A reply may carry gradients for a subset of the model's arrays (the others
     count as zero); a reply with an unknown array name, a wrong shape or a
-    non-finite value is rejected and counted in ``num-rejected``.
+    non-finite value is rejected and counted in ``num-rejected``. A client
+    that has not joined yet replies with weight 0 and
+    :data:`fedleak.protocol.ABSTAINED` and is left out of the sum and of the
+    ``K`` that ``"mean"`` divides by (seed 000 Fig. 7.9).
 
     A reply that looks like a *model* rather than a gradient (a ClientApp
     that returns its trained weights, as Flower's examples do) is refused:

@@ -29,7 +29,8 @@ Experiments (thesis figure in brackets):
     property and control trials with K = 3 and 5 under model averaging, box
     plots of the per-round scores and whole-dataset AUC (Fig. 7.8);
 ``join``
-    per-round scores when the target joins mid-training (Fig. 7.9);
+    per-round scores when the target joins mid-training (Fig. 7.9): ``K = 2``
+    before the join (the target abstains), ``K = 3`` after;
 ``text``
     the Yelp analogue on Debian's fortunes (Table 7.4, Figs. 7.4(b) and
     7.7(b)): embedding-gradient bags of words, logistic regression, the top
@@ -56,6 +57,7 @@ JSON record::
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import time
@@ -69,11 +71,13 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from fedleak import protocol
 from fedleak.attacks.property.classifier import single_batch_auc
 from fedleak.attacks.property.scoring import analyse_run
 from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
 from fedleak.files import write_figure
+from fedleak.task import client_data
 
 from .console import fmt, say, written
 from .console import out as console
@@ -84,12 +88,14 @@ __all__ = [
     "NORMALIZED_EXPERIMENTS",
     "accuracy_curve",
     "command",
+    "join_participants",
     "run_property_bench",
 ]
 
 #: Experiments whose classifier sees unit-norm features: under model
-#: averaging the number of updates in the observed aggregate differs from the
-#: emulated one (a target that has not joined contributes nothing).
+#: averaging the observed aggregate is a mean whose scale depends on the
+#: number of participants (1/2 before a late joiner joins, 1/3 after), so
+#: the classifier judges the update's direction only.
 NORMALIZED_EXPERIMENTS: Final = frozenset({"model-averaging", "join"})
 _TEXT_ROUNDS: Final = 150
 ProgressFn = Callable[[str], None]
@@ -516,7 +522,88 @@ def _model_averaging(
     return rows, summary, [plot]
 
 
+def _aggregated_weights(s: _Settings, row: dict[str, Any]) -> dict[int, float]:
+    """Return ``n`` of every round's model average (``aggregated-examples``)."""
+    results = json.loads(
+        (s.out.parent / row["run_dir"] / "results.json").read_text(encoding="utf-8")
+    )
+    weights: dict[int, float] = {}
+    for entry in results.get("rounds", []):
+        value = entry.get("train", {}).get(protocol.AGGREGATED_EXAMPLES)
+        if isinstance(value, int | float):
+            weights[int(entry["round"])] = float(value)
+    return weights
+
+
+def join_participants(
+    weights: dict[int, float], sizes: Sequence[int], target: int, join: int
+) -> dict[str, Any]:
+    """Say how many clients the server averaged before and after the join.
+
+    A round counts ``K - 1`` participants when its average's weight ``n``
+    (``aggregated-examples``) is the records of every client but the target,
+    and ``K`` when it is every client's records (the weight of one abstaining
+    or absent client is 0). The join model is ``"K=<before>-><after>"``,
+    e.g. ``"K=2->3"`` for three clients (seed 000 Fig. 7.9; ``"K=3->3"``
+    when the target's records were averaged before it joined), or None
+    when a phase is mixed, empty or matches neither.
+
+    Parameters
+    ----------
+    weights : dict of int to float
+        Round -> ``n`` of its average.
+    sizes : sequence of int
+        Every client's record count ``n_k``, by partition id.
+    target : int
+        The late joiner's partition id.
+    join : int
+        Its first round.
+
+    Returns
+    -------
+    dict
+        ``participants_before``, ``participants_after`` (int or None) and
+        ``join_model`` (str or None).
+    """
+    everyone = float(sum(sizes))
+    counts = {everyone - sizes[target]: len(sizes) - 1, everyone: len(sizes)}
+
+    def phase(rounds: list[int]) -> int | None:
+        found = {counts.get(weights[r]) for r in rounds}
+        return found.pop() if len(found) == 1 else None
+
+    before = phase([r for r in weights if r < join])
+    after = phase([r for r in weights if r >= join])
+    model = None if before is None or after is None else f"K={before}->{after}"
+    return {
+        "participants_before": before,
+        "participants_after": after,
+        "join_model": model,
+    }
+
+
 def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """Run the late-joiner experiment (seed 000 Ch. 7.2.7, Fig. 7.9).
+
+    Before ``target.join_round`` the target abstains (weight 0), so the
+    server averages the adversary and the honest client (``K = 2``); from
+    the join on all three (``K = 3``). The summary checks this on the run's
+    own records (:func:`join_participants`) and reports the median
+    per-round score before and after the join.
+
+    How the comparison is kept fair: the adversary's view before the join
+    is the honest client's update alone and after it the sum of two, at
+    scale ``1/2`` then ``1/3``. (1) The adversary reads its own share
+    ``n_adv / n`` from the ``n`` the server announces, so the view holds no
+    part of its own update in either phase. (2) Its labelled aggregates
+    emulate as many others as it observed in that round (one before, two
+    after), with one positive and one negative per round, so each phase's
+    observations have training examples of their own kind and the phase
+    cannot stand in for the label. (3) Features are scaled to unit norm
+    (:data:`NORMALIZED_EXPERIMENTS`), so the 1/2 vs 1/3 scale is invisible.
+    (4) One classifier, trained once on every round's labelled aggregates,
+    scores both phases, so the two medians come from the same function.
+    """
     overrides = ["target.join_round=5"] if s.quick else []
     rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
     config = load_config(_config_path("join"), overrides)
@@ -524,10 +611,15 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     xs, ys = rows[0]["series"]["rounds"], rows[0]["series"]["scores"]
     before = [y for x, y in zip(xs, ys, strict=True) if x < join]
     after = [y for x, y in zip(xs, ys, strict=True) if x >= join]
+    spec = config.task()
+    sizes = [client_data(spec, p).num_train for p in range(_k(config))]
     summary = {
         "join_round": join,
         "median_score_before": statistics.median(before) if before else None,
         "median_score_after": statistics.median(after) if after else None,
+        **join_participants(
+            _aggregated_weights(s, rows[0]), sizes, spec.property_target, join
+        ),
     }
     plot = _plot_series(s, "join", "score per round (target joins)", rows, [join])
     return rows, summary, [plot]
