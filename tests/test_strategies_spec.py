@@ -587,6 +587,7 @@ def test_an_aggregate_reply_answers_for_its_contributors() -> None:
         "num-errors": 0,
         "num-missing": 1,
         "num-rejected": 0,
+        "num-abstained": 0,
     }
 
 
@@ -626,7 +627,8 @@ def test_reply_checks_name_what_is_wrong() -> None:
         (
             reply(17, model, {protocol.NUM_EXAMPLES: 0}),
             rf"^reply from node 17 has {protocol.NUM_EXAMPLES}=0; "
-            r"expected a positive number$",
+            r"expected a positive number \(a client that sits the round out also "
+            r"sets abstained=1\)$",
         ),
         (
             reply(17, None),
@@ -744,7 +746,8 @@ def test_evaluation_rejects_bad_weights_and_counts_the_missing(
     assert metrics["num-missing"] == 1 and metrics["num-sampled"] == 4
     assert (
         f"rejected reply from node 17: reply from node 17 has "
-        f"{protocol.NUM_EXAMPLES}=0; expected a positive number"
+        f"{protocol.NUM_EXAMPLES}=0; expected a positive number (a client that "
+        "sits the round out also sets abstained=1)"
     ) in _messages(caplog, logging.WARNING)
     assert "evaluate round 2: 1 sampled node(s) did not reply" in _messages(
         caplog, logging.WARNING
