@@ -807,39 +807,8 @@ class SecureAggregation(Strategy):
         self._round = None
         started = time.perf_counter()
         aggregation = state.aggregation
-        errors = 0
         self.rounds_attempted += 1
-        for message in replies:
-            node = message.metadata.src_node_id
-            if message.has_error():
-                errors += 1
-                reason = message.error.reason or f"error code {message.error.code}"
-                log(
-                    WARNING,
-                    "secure aggregation round %d: node %d failed its upload: %s",
-                    server_round,
-                    node,
-                    _last_line(reason),
-                )
-                if _FLOWER_SECAGG_SIGN in reason:
-                    log(ERROR, "secure aggregation: %s", _FLOWER_SECAGG_HINT)
-                continue
-            record = message.content.config_records.get(RECORD)
-            try:
-                if record is None:
-                    raise ProtocolError(
-                        f"reply from node {node} has no {RECORD!r} record: add "
-                        "fedleak.clients.secagg_mod to the ClientApp's mods"
-                    )
-                aggregation.add_upload(node, dict(record))
-                if state.template is None:
-                    state.template = message
-            except Refused as err:
-                log(WARNING, "secure aggregation: %s", err)
-            except ProtocolError as err:
-                if record is None:
-                    aggregation.rejected += 1
-                log(WARNING, "secure aggregation: %s", err)
+        errors = self._add_uploads(server_round, state, replies)
         aggregation.close()
         self._unmask(state, str(server_round))
         outcome = aggregation.finish()
@@ -848,21 +817,7 @@ class SecureAggregation(Strategy):
         # last-writer-wins), and a stale session would make it fail every round.
         self.session.forget(n for n in state.sampled if n not in outcome.contributors)
         self._check_not_hopeless(outcome, state)
-        total = np.zeros(state.layout.fixed_length, dtype=np.float64)
-        raw = np.zeros(2, dtype=np.int64)
-        for group in outcome.groups:
-            if group.total is None:
-                log(
-                    ERROR,
-                    "secure aggregation round %d, group %d failed: %s",
-                    outcome.round,
-                    group.group,
-                    group.failure,
-                )
-                continue
-            fixed_length = state.layout.fixed_length
-            total += state.fixed.decode(group.total[:fixed_length])
-            raw += to_signed(group.total[fixed_length:])
+        total, raw = self._decode_groups(state, outcome)
         metrics = self._metrics(state, outcome, replies, errors, raw)
         metrics["secagg-server-s"] = time.perf_counter() - started
         contributors = outcome.contributors
@@ -901,6 +856,74 @@ class SecureAggregation(Strategy):
                 if not key.startswith("num-"):
                     metrics[key] = value
         return arrays, metrics
+
+    def _add_uploads(
+        self, server_round: int, state: _Round, replies: list[Message]
+    ) -> int:
+        """Hand every upload to the round's aggregation; return the failed uploads.
+
+        A reply with a Flower error is counted and logged; one without the
+        secure-aggregation record, or one the aggregation refuses, is logged
+        (and counted as rejected when the record is missing).
+        """
+        aggregation = state.aggregation
+        errors = 0
+        for message in replies:
+            node = message.metadata.src_node_id
+            if message.has_error():
+                errors += 1
+                reason = message.error.reason or f"error code {message.error.code}"
+                log(
+                    WARNING,
+                    "secure aggregation round %d: node %d failed its upload: %s",
+                    server_round,
+                    node,
+                    _last_line(reason),
+                )
+                if _FLOWER_SECAGG_SIGN in reason:
+                    log(ERROR, "secure aggregation: %s", _FLOWER_SECAGG_HINT)
+                continue
+            record = message.content.config_records.get(RECORD)
+            try:
+                if record is None:
+                    raise ProtocolError(
+                        f"reply from node {node} has no {RECORD!r} record: add "
+                        "fedleak.clients.secagg_mod to the ClientApp's mods"
+                    )
+                aggregation.add_upload(node, dict(record))
+                if state.template is None:
+                    state.template = message
+            except Refused as err:
+                log(WARNING, "secure aggregation: %s", err)
+            except ProtocolError as err:
+                if record is None:
+                    aggregation.rejected += 1
+                log(WARNING, "secure aggregation: %s", err)
+        return errors
+
+    def _decode_groups(
+        self, state: _Round, outcome: RoundResult
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Sum the decrypted groups: decoded model vector and raw (weight, clip) words.
+
+        A group that could not be decrypted is logged and left out.
+        """
+        total = np.zeros(state.layout.fixed_length, dtype=np.float64)
+        raw = np.zeros(2, dtype=np.int64)
+        for group in outcome.groups:
+            if group.total is None:
+                log(
+                    ERROR,
+                    "secure aggregation round %d, group %d failed: %s",
+                    outcome.round,
+                    group.group,
+                    group.failure,
+                )
+                continue
+            fixed_length = state.layout.fixed_length
+            total += state.fixed.decode(group.total[:fixed_length])
+            raw += to_signed(group.total[fixed_length:])
+        return total, raw
 
     def _why_nothing(self, outcome: RoundResult, state: _Round, errors: int) -> str:
         """One phrase saying why a round produced no aggregate."""
