@@ -72,7 +72,7 @@ from fedleak.files import write_atomic
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .record import BenchRecord, record_path
 
 __all__ = ["run_audit_bench"]
 
@@ -451,9 +451,7 @@ def run_audit_bench(
 
     from fedleak.privacy.identifiability import plan_dp_sgd
 
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     audit = _AuditPlan(
         rho_betas=tuple(rho_betas),
         repetitions=repetitions or (60 if quick else 1000),
@@ -488,19 +486,16 @@ def run_audit_bench(
 
     def keep(row: dict[str, Any]) -> None:
         rows.append(row)
-        # Keep what was computed if the run is interrupted later.
-        report_doc["wall_s"] = time.perf_counter() - started
-        report_doc.write()
+        report_doc.write_progress(started)  # an interrupted run keeps its rows
         if progress is not None:
             progress(_describe_row(row))
 
     for i, name in enumerate(names):
         _audit_dataset(i, name, audit, plans, keep)
-    report_doc["summary"] = _summary(rows)
-    report_doc["complete"] = True
-    report_doc["plots"] = _plot(rows, out)
-    report_doc["wall_s"] = time.perf_counter() - started
-    return report_doc.write()
+    return report_doc.finish(
+        started,
+        {"summary": _summary(rows), "complete": True, "plots": _plot(rows, out)},
+    )
 
 
 def command(

@@ -519,7 +519,7 @@ def run_dpgm_size_check(
             "steps": run["steps"],
         }
         report.write({"fig_5_5_size": sizes})
-    return report.write({"wall_s": time.perf_counter() - started})
+    return report.finish(started)
 
 
 # -------------------------------------------------------------------- main

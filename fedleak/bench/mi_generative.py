@@ -73,7 +73,7 @@ from fedleak.generative import (
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .record import BenchRecord, record_path
 
 __all__ = [
     "CPU",
@@ -867,9 +867,7 @@ def run_mi_generative_bench(
     if unknown:
         raise ConfigError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
     say = progress or (lambda _: None)
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     seeds = _child_seeds(seed, _SEED_NAMES)
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
@@ -877,7 +875,6 @@ def run_mi_generative_bench(
         data = _load(s, seed)
         say(f"{s.dataset}: pool {data.pool.shape[0]}, members {data.num_members}")
         runs = _attack_all(s, data, seeds, device, chosen, say)
-    wall = time.perf_counter() - started
     plots = _plots(
         out,
         s,
@@ -910,9 +907,8 @@ def run_mi_generative_bench(
         "auxiliary": runs.auxiliary,
         "monte_carlo": runs.monte_carlo,
         "plots": [Path(p).name for p in plots],  # next to the JSON
-        "wall_s": wall,
     }
-    return BenchRecord("mi-generative", out).write(report)
+    return BenchRecord("mi-generative", out).finish(started, report)
 
 
 def _resolve_settings(

@@ -87,7 +87,7 @@ from fedleak.synth.latent import LatentSynthesizer
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .record import BenchRecord, record_path
 
 __all__ = ["run_ppgf_bench"]
 
@@ -255,9 +255,7 @@ def run_ppgf_bench(
     """
     from fedleak.data import find_data_dir
 
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     if dataset is None:
         dataset = "digits"
         if not quick:
@@ -594,18 +592,16 @@ def _run(
         }
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
-        doc["wall_s"] = time.perf_counter() - started
-        doc.write()  # an interrupted run keeps its rows
+        doc.write_progress(started)  # an interrupted run keeps its rows
         say(
             f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
             f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
             f"white-box {row['white_box']['auc']:.3f} ({row['wall_s']:.1f}s)"
         )
-    doc["summary"] = _summary(rows)
-    doc["complete"] = True
-    doc["plots"] = _plot(rows, out)
-    doc["wall_s"] = time.perf_counter() - started
-    return doc.write()
+    return doc.finish(
+        started,
+        {"summary": _summary(rows), "complete": True, "plots": _plot(rows, out)},
+    )
 
 
 def command(

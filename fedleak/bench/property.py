@@ -77,7 +77,7 @@ from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .record import BenchRecord, record_path
 
 __all__ = [
     "EXPERIMENTS",
@@ -759,8 +759,7 @@ def run_property_bench(
             f"unknown property experiment {experiment!r}; choose one of "
             f"{list(EXPERIMENTS)}"
         )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = record_path(out, make_folder=True)
     if quick and rounds is None:
         rounds = QUICK_ROUNDS[experiment]
     settings = _Settings(
@@ -780,8 +779,8 @@ def run_property_bench(
     )
     started = time.perf_counter()
     rows, summary, plots = EXPERIMENTS[experiment](settings)
-    wall = time.perf_counter() - started
-    return BenchRecord("property", out).write(
+    return BenchRecord("property", out).finish(
+        started,
         {
             "experiment": experiment,
             "quick": quick,
@@ -801,8 +800,7 @@ def run_property_bench(
             "summary": summary,
             "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
             "plots": [Path(p).name for p in plots],  # next to the JSON
-            "wall_s": wall,
-        }
+        },
     )
 
 

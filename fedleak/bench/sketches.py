@@ -51,7 +51,7 @@ from fedleak.files import write_atomic
 
 from .console import out as console
 from .console import say, written
-from .record import BenchRecord
+from .record import BenchRecord, record_path
 from .table_4_1 import SEED_DEPTH, THESIS_TABLE_4_1
 
 __all__ = ["command", "run_sketch_bench"]
@@ -872,9 +872,7 @@ def run_sketch_bench(
         The report.
     """
     say = progress or (lambda _text: None)
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out ({out.parent}) does not exist.")
+    out = record_path(out)
     settings: dict[str, Any] = (
         {
             "throughput_items": 1_000_000,

@@ -253,7 +253,8 @@ def run_strategy_bench(
     results = _round_times(timers)
     base = results["fedavg"]["median_round_s"]
     record = BenchRecord("strategies", Path(out))
-    return record.write(
+    return record.finish(
+        started,
         {
             "description": __doc__,
             "settings": {
@@ -270,8 +271,7 @@ def run_strategy_bench(
             "ratios_vs_fedavg": {
                 name: stats["median_round_s"] / base for name, stats in results.items()
             },
-            "wall_s": time.perf_counter() - started,
-        }
+        },
     )
 
 
