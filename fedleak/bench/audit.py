@@ -72,6 +72,7 @@ from fedleak.files import write_atomic
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = ["run_audit_bench"]
@@ -499,9 +500,7 @@ def run_audit_bench(
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-audit.json"
-    ),
+    out: OutOption = Path("bench-audit.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: 2 datasets, 60 trainings, 5 steps."),
@@ -524,7 +523,7 @@ def command(
     ] = None,
     train_size: Annotated[int | None, typer.Option(help="|D| (default 100).")] = None,
     delta: Annotated[float, typer.Option(help="delta.")] = 0.01,
-    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Audit DP-SGD with the DI adversary: advantage, beliefs, empirical epsilon."""
     report = run_audit_bench(

@@ -84,6 +84,7 @@ from fedleak.files import write_atomic
 from .console import fmt, say, written
 from .console import out as console
 from .membership import synthetic_checkin_task
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = [
@@ -430,9 +431,7 @@ def _run(
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-defenses.json"
-    ),
+    out: OutOption = Path("bench-defenses.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized data and fewer settings.")
     ] = False,
@@ -444,7 +443,7 @@ def command(
             "record_dp (repeatable; default all).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
 

@@ -58,6 +58,7 @@ from fedleak.files import write_atomic
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = [
@@ -309,9 +310,7 @@ def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-membership.json"
-    ),
+    out: OutOption = Path("bench-membership.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized data and batch sizes.")
     ] = False,
@@ -323,7 +322,7 @@ def command(
         list[int] | None,
         typer.Option("--batch-size", help="Batch sizes (repeatable)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     iterations: Annotated[
         int | None,
         typer.Option(help="Rounds per run instead of epochs (the thesis: 3,000)."),

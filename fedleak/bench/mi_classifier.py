@@ -64,6 +64,7 @@ from fedleak.privacy.ldp import laplace_pixelization, randomized_response
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = [
@@ -457,9 +458,7 @@ def _classifier_table(report: dict[str, Any]) -> Table:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-mi-classifier.json"
-    ),
+    out: OutOption = Path("bench-mi-classifier.json"),
     quick: Annotated[
         bool,
         typer.Option(
@@ -472,7 +471,7 @@ def command(
             help="skewed-purchases, digits or fashion-mnist (default: by --quick)."
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Shadow-model and loss-threshold MI on classifiers: LDP vs CDP."""
     report = run_mi_classifier_bench(

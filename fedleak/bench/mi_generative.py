@@ -73,6 +73,7 @@ from fedleak.generative import (
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = [
@@ -1084,9 +1085,7 @@ def _generative_tables(report: dict[str, Any]) -> list[Table]:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-mi-generative.json"
-    ),
+    out: OutOption = Path("bench-mi-generative.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: digits, 400-record pool."),
@@ -1103,7 +1102,7 @@ def command(
         str | None,
         typer.Option(help="digits or fashion-mnist (default: by --quick)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     device: Annotated[
         str, typer.Option(help="Torch device of the training, e.g. cuda.")
     ] = "cpu",

@@ -87,6 +87,7 @@ from fedleak.synth.latent import LatentSynthesizer
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
 __all__ = ["run_ppgf_bench"]
@@ -605,9 +606,7 @@ def _run(
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-ppgf.json"
-    ),
+    out: OutOption = Path("bench-ppgf.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: digits, few epsilons and epochs."),
@@ -623,7 +622,7 @@ def command(
     members: Annotated[
         int | None, typer.Option(help="Source (member) records.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Seed 003's framework: accuracy and MI AUC vs epsilon, next to DP-SGD."""
     report = run_ppgf_bench(

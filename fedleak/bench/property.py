@@ -77,6 +77,7 @@ from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
+from .options import OutOption, SeedOption, VerboseOption
 from .record import BenchRecord, record_path
 
 __all__ = [
@@ -809,13 +810,11 @@ def command(
         str,
         typer.Argument(help="Experiment: " + ", ".join(EXPERIMENTS) + "."),
     ],
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-property.json"
-    ),
+    out: OutOption = Path("bench-property.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized: few rounds and points.")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     rounds: Annotated[
         int | None, typer.Option(help="Override the rounds of every run.")
     ] = None,
@@ -837,7 +836,7 @@ def command(
             help="two-party: watermark, inverted or blurred (repeatable).",
         ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Property inference against Flower clients: AUC, scores and plots."""
     report = run_property_bench(
