@@ -209,6 +209,39 @@ class BenchRecord(MutableMapping[str, Any]):
             self.body.update(entries)
         return self.write_progress(started)
 
+    def start_rows(self, header: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Open a record that grows row by row; return its (empty) list of rows.
+
+        The record holds ``header``, then ``rows``, an empty ``summary``, no
+        ``plots``, ``"complete": false`` and ``wall_s``: a file written before
+        :meth:`finish_rows` says that it is partial.
+        """
+        rows: list[dict[str, Any]] = []
+        self.body.update(
+            {
+                **header,
+                "rows": rows,
+                "summary": {},
+                "plots": [],
+                "complete": False,
+                "wall_s": 0.0,
+            }
+        )
+        return rows
+
+    def add_row(self, row: dict[str, Any], started: float) -> None:
+        """Append ``row`` and write the record (an interrupted run keeps its rows)."""
+        self.body["rows"].append(row)
+        self.write_progress(started)
+
+    def finish_rows(
+        self, started: float, summary: dict[str, Any], plots: list[str]
+    ) -> dict[str, Any]:
+        """Close a record opened by :meth:`start_rows`: summary, plots, complete."""
+        return self.finish(
+            started, {"summary": summary, "complete": True, "plots": plots}
+        )
+
     def sibling(self, suffix: str) -> Path:
         """Return the path of a file that goes with the record.
 
