@@ -79,7 +79,7 @@ from fedleak.data.checkins import checkin_users
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError, DataError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
@@ -269,30 +269,29 @@ def _setup_for(table: str, setting: Any, base: MembershipSetup) -> MembershipSet
 
 
 def _plot(path: Path, rows: list[dict[str, Any]], tables: Sequence[str]) -> None:
-    import matplotlib
+    """Plot membership precision, property AUC and model AUC per setting."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(fig: Any) -> None:
+        axes = np.atleast_1d(fig.subplots(1, len(tables)))
+        for ax, table in zip(axes, tables, strict=True):
+            mine = [r for r in rows if r["table"] == table]
+            labels = [
+                "none" if r["setting"] is None else str(r["setting"]) for r in mine
+            ]
+            x = np.arange(len(mine))
+            for key, marker in (
+                ("membership_precision", "o"),
+                ("property_auc", "s"),
+                ("model_auc", "^"),
+            ):
+                values = [np.nan if r[key] is None else r[key] for r in mine]
+                ax.plot(x, values, marker=marker, label=key)
+            ax.set_xticks(x, labels, fontsize=7)
+            ax.set_ylim(0, 1.05)
+            ax.set_title(table, fontsize=9)
+        axes[0].legend(fontsize=6)
 
-    fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.2))
-    for ax, table in zip(np.atleast_1d(axes), tables, strict=True):
-        mine = [r for r in rows if r["table"] == table]
-        labels = ["none" if r["setting"] is None else str(r["setting"]) for r in mine]
-        x = np.arange(len(mine))
-        for key, marker in (
-            ("membership_precision", "o"),
-            ("property_auc", "s"),
-            ("model_auc", "^"),
-        ):
-            values = [np.nan if r[key] is None else r[key] for r in mine]
-            ax.plot(x, values, marker=marker, label=key)
-        ax.set_xticks(x, labels, fontsize=7)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(table, fontsize=9)
-    np.atleast_1d(axes)[0].legend(fontsize=6)
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    write_figure(path, draw, (3.2 * len(tables), 3.2))
 
 
 def run_defenses_bench(

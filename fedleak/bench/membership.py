@@ -54,7 +54,7 @@ from fedleak.data.checkins import (
 )
 from fedleak.data.text import TextDataset, fortunes_dataset
 from fedleak.errors import ConfigError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
@@ -187,34 +187,31 @@ QUICK_BATCH_SIZES: dict[str, tuple[int, ...]] = {
 
 
 def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
-    import matplotlib
+    """Plot precision and recall vs batch size, one pair of curves per dataset."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        for name in sorted({r["dataset"] for r in rows}):
+            mine = [r for r in rows if r["dataset"] == name]
+            ax.plot(
+                [r["batch_size"] for r in mine],
+                [r["precision"] for r in mine],
+                marker="o",
+                label=f"{name} precision",
+            )
+            ax.plot(
+                [r["batch_size"] for r in mine],
+                [r["recall"] for r in mine],
+                linestyle="--",
+                label=f"{name} recall",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylim(0, 1.05)
+        ax.set_title("Embedding-layer membership inference (Table 7.2)")
+        ax.legend(fontsize=7)
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name in sorted({r["dataset"] for r in rows}):
-        mine = [r for r in rows if r["dataset"] == name]
-        ax.plot(
-            [r["batch_size"] for r in mine],
-            [r["precision"] for r in mine],
-            marker="o",
-            label=f"{name} precision",
-        )
-        ax.plot(
-            [r["batch_size"] for r in mine],
-            [r["recall"] for r in mine],
-            linestyle="--",
-            label=f"{name} recall",
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("batch size")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Embedding-layer membership inference (Table 7.2)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
+    write_figure(path, draw, (5, 3.5), dpi=120)
 
 
 def run_membership_bench(
