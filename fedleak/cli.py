@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .bench import BENCHMARKS, Benchmark
+from .bench.options import VerboseOption
 from .errors import ConfigError, FedleakError
 
 if TYPE_CHECKING:
@@ -326,9 +327,7 @@ def run(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Use an existing Ray cluster.")
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show Flower and Ray logs.")
-    ] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run an experiment file as a Flower simulation on Ray.
 
@@ -343,9 +342,7 @@ def run(
 @app.command()
 def quickstart(
     out: Annotated[Path | None, typer.Option("--out", help="Run directory.")] = None,
-    verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show Flower and Ray logs.")
-    ] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run sim_configs/quickstart.toml: SyncSGD on digits, 4 clients, about a minute."""
     _run(_bundled_config("quickstart.toml"), out, [], None, verbose)

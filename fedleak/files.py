@@ -45,12 +45,16 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
 
 
 def write_figure(
-    path: str | Path, draw: Callable[[Any], None], size: tuple[float, float]
+    path: str | Path,
+    draw: Callable[[Any], None],
+    size: tuple[float, float],
+    dpi: int = 110,
 ) -> str:
     """Draw a figure of ``size`` inches with ``draw(fig)``; save it atomically.
 
-    The PNG (110 dpi) goes to ``path`` through :func:`write_atomic`; the
-    figure is closed even if drawing fails. Returns ``str(path)``.
+    The PNG (``dpi`` dots per inch) goes to ``path`` through
+    :func:`write_atomic`; the figure is closed even if drawing fails. Returns
+    ``str(path)``.
     """
     import matplotlib
 
@@ -63,7 +67,7 @@ def write_figure(
         fig.tight_layout()
 
         def write(tmp: Path) -> None:
-            fig.savefig(tmp, format="png", dpi=110)
+            fig.savefig(tmp, format="png", dpi=dpi)
 
         write_atomic(path, write)
     finally:

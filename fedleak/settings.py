@@ -35,7 +35,7 @@ Every float field must be finite: NaN and infinities are rejected with a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, get_args
 
 from pydantic import (
@@ -61,6 +61,7 @@ __all__ = [
     "SettingsModel",
     "TargetSchedule",
     "describe_validation_error",
+    "dotted_section",
 ]
 
 AdversaryKind = Literal[
@@ -109,17 +110,37 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> list[st
     return parts
 
 
+def dotted_section(
+    tree: dict[str, Any], key: str, clash: Callable[[str, str], str]
+) -> tuple[dict[str, Any], str]:
+    """Return the section of ``tree`` a dotted ``key`` lands in, and its last part.
+
+    ``"a.b.c"`` lands in ``tree["a"]["b"]`` as ``"c"``; missing sections are
+    created on the way.
+
+    Raises
+    ------
+    ConfigError
+        With the message ``clash(key, part)`` if a ``part`` of the way holds
+        a value instead of a section.
+    """
+    *path, leaf = key.split(".")
+    node = tree
+    for part in path:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(clash(key, part))
+        node = child
+    return node, leaf
+
+
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     """``{"a.b": 1, "c": 2}`` -> ``{"a": {"b": 1}, "c": 2}``."""
     nested: dict[str, Any] = {}
     for key, value in flat.items():
-        *path, leaf = key.split(".")
-        node = nested
-        for part in path:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"{key!r} and {part!r} cannot both be set")
-            node = child
+        node, leaf = dotted_section(
+            nested, key, lambda key, part: f"{key!r} and {part!r} cannot both be set"
+        )
         if isinstance(node.get(leaf), dict):
             raise ConfigError(f"{key!r} names a section, not a value")
         node[leaf] = value

@@ -68,11 +68,12 @@ from rich.table import Table
 
 from fedleak.data.audit_tasks import AUDIT_DATASETS, load_audit_task
 from fedleak.errors import ConfigError, DataError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = ["run_audit_bench"]
 
@@ -159,73 +160,74 @@ def _advantage_panel(ax: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _plot_advantage(rows: list[dict[str, Any]], out: Path) -> str:
-    import matplotlib.pyplot as plt
-
+    """Plot the advantages vs rho_beta, one row of panels per dataset."""
     datasets = sorted({r["dataset"] for r in rows})
-    fig, axes = plt.subplots(
-        len(datasets), 2, figsize=(10, 3.2 * len(datasets)), squeeze=False
-    )
-    for i, name in enumerate(datasets):
-        for j, (bounded, label) in enumerate([(True, "bounded"), (False, "unbounded")]):
-            ax = axes[i][j]
-            _advantage_panel(
-                ax,
-                [r for r in rows if r["dataset"] == name and r["bounded"] == bounded],
-            )
-            ax.set(title=f"{name}, {label}", xlabel="rho_beta", ylabel="advantage")
-            ax.grid(alpha=0.3)
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
-    fig.tight_layout()
+
+    def draw(fig: Any) -> None:
+        axes = fig.subplots(len(datasets), 2, squeeze=False)
+        for i, name in enumerate(datasets):
+            for j, (bounded, label) in enumerate(
+                [(True, "bounded"), (False, "unbounded")]
+            ):
+                ax = axes[i][j]
+                _advantage_panel(
+                    ax,
+                    [
+                        r
+                        for r in rows
+                        if r["dataset"] == name and r["bounded"] == bounded
+                    ],
+                )
+                ax.set(title=f"{name}, {label}", xlabel="rho_beta", ylabel="advantage")
+                ax.grid(alpha=0.3)
+                if i == 0 and j == 0:
+                    ax.legend(fontsize=7)
+
     path = out.with_name(f"{out.stem}-advantage.png")
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    return str(path)
+    return write_figure(path, draw, (10, 3.2 * len(datasets)))
 
 
 def _plot_epsilon(rows: list[dict[str, Any]], out: Path) -> str:
-    import matplotlib.pyplot as plt
-
+    """Plot the three empirical epsilons against the target epsilon."""
     ways = [
         ("epsilon_from_sensitivity", "from sensitivity"),
         ("epsilon_from_belief", "from posterior belief"),
         ("epsilon_from_advantage", "from advantage"),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), squeeze=False)
     top = max(r["epsilon"] for r in rows) * 1.3
-    for k, (key, title) in enumerate(ways):
-        ax = axes[0][k]
-        for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
-            sel = [
-                r for r in rows if r["sensitivity"] == sens and math.isfinite(r[key])
-            ]
-            ax.plot(
-                [r["epsilon"] for r in sel],
-                [r[key] for r in sel],
-                "o",
-                color=color,
-                alpha=0.7,
-                label=sens,
+
+    def draw(fig: Any) -> None:
+        axes = fig.subplots(1, 3, squeeze=False)
+        for k, (key, title) in enumerate(ways):
+            ax = axes[0][k]
+            for sens, color in (("local", "tab:red"), ("global", "tab:blue")):
+                sel = [
+                    r
+                    for r in rows
+                    if r["sensitivity"] == sens and math.isfinite(r[key])
+                ]
+                ax.plot(
+                    [r["epsilon"] for r in sel],
+                    [r[key] for r in sel],
+                    "o",
+                    color=color,
+                    alpha=0.7,
+                    label=sens,
+                )
+            ax.plot([0, top], [0, top], "--", color="tab:green", label="ideal")
+            ax.set(
+                title=f"empirical epsilon {title}",
+                xlabel="target epsilon",
+                ylabel="empirical epsilon",
             )
-        ax.plot([0, top], [0, top], "--", color="tab:green", label="ideal")
-        ax.set(
-            title=f"empirical epsilon {title}",
-            xlabel="target epsilon",
-            ylabel="empirical epsilon",
-        )
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+
     path = out.with_name(f"{out.stem}-epsilon.png")
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    return str(path)
+    return write_figure(path, draw, (13, 3.8))
 
 
 def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
     return [_plot_advantage(rows, out), _plot_epsilon(rows, out)]
 
 
@@ -451,9 +453,7 @@ def run_audit_bench(
 
     from fedleak.privacy.identifiability import plan_dp_sgd
 
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     audit = _AuditPlan(
         rho_betas=tuple(rho_betas),
         repetitions=repetitions or (60 if quick else 1000),
@@ -472,41 +472,23 @@ def run_audit_bench(
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     started = time.perf_counter()
     plans = {rb: plan_dp_sgd(rb, delta, steps=audit.steps) for rb in rho_betas}
-    rows: list[dict[str, Any]] = []
     report_doc = BenchRecord("audit", out)
-    report_doc.update(
-        {
-            "parameters": _parameters(audit, quick, names, plans),
-            "seed": seed,
-            "rows": rows,
-            "summary": {},
-            "plots": [],
-            "complete": False,
-            "wall_s": 0.0,
-        }
+    rows = report_doc.start_rows(
+        {"parameters": _parameters(audit, quick, names, plans), "seed": seed}
     )
 
     def keep(row: dict[str, Any]) -> None:
-        rows.append(row)
-        # Keep what was computed if the run is interrupted later.
-        report_doc["wall_s"] = time.perf_counter() - started
-        report_doc.write()
+        report_doc.add_row(row, started)
         if progress is not None:
             progress(_describe_row(row))
 
     for i, name in enumerate(names):
         _audit_dataset(i, name, audit, plans, keep)
-    report_doc["summary"] = _summary(rows)
-    report_doc["complete"] = True
-    report_doc["plots"] = _plot(rows, out)
-    report_doc["wall_s"] = time.perf_counter() - started
-    return report_doc.write()
+    return report_doc.finish_rows(started, _summary(rows), _plot(rows, out))
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-audit.json"
-    ),
+    out: OutOption = Path("bench-audit.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: 2 datasets, 60 trainings, 5 steps."),
@@ -529,7 +511,7 @@ def command(
     ] = None,
     train_size: Annotated[int | None, typer.Option(help="|D| (default 100).")] = None,
     delta: Annotated[float, typer.Option(help="delta.")] = 0.01,
-    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Audit DP-SGD with the DI adversary: advantage, beliefs, empirical epsilon."""
     report = run_audit_bench(

@@ -75,15 +75,17 @@ from fedleak.attacks.membership.simulation import (
     simulate_membership,
 )
 from fedleak.attacks.property.simulation import simulate_property
-from fedleak.data.checkins import checkin_dataset, checkin_users, synthetic_checkins
+from fedleak.data.checkins import checkin_users
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError, DataError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .membership import synthetic_checkin_task
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = [
     "AUX_BATCHES",
@@ -148,27 +150,14 @@ THESIS: dict[str, list[list[float]]] = {
 
 
 def _dataset(quick: bool, seed: int) -> tuple[TextDataset, np.ndarray]:
-    size = 800 if quick else 2000
-    synthetic = synthetic_checkins(
-        num_users=size,
-        num_venues=size,
+    data, synthetic = synthetic_checkin_task(
+        800 if quick else 2000,
         num_areas=5,
-        zipf_exponent=1.0,
-        mean_checkins=20.0,
-        attribute_shift=3.0,
-        home_fraction=HOME_FRACTION,
-        seed=seed,
-    )
-    attributes = synthetic.attribute_map()
-    data = checkin_dataset(
-        synthetic.table,
-        attributes,
-        vocab_size=30000,
-        length=60,
         test_fraction=0.3,
         seed=seed,
+        home_fraction=HOME_FRACTION,
     )
-    users = np.asarray(checkin_users(synthetic.table, attributes))
+    users = np.asarray(checkin_users(synthetic.table, synthetic.attribute_map()))
     top_region = synthetic.home_area[users[data.train_index]] == 0
     return data, top_region
 
@@ -280,30 +269,29 @@ def _setup_for(table: str, setting: Any, base: MembershipSetup) -> MembershipSet
 
 
 def _plot(path: Path, rows: list[dict[str, Any]], tables: Sequence[str]) -> None:
-    import matplotlib
+    """Plot membership precision, property AUC and model AUC per setting."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(fig: Any) -> None:
+        axes = np.atleast_1d(fig.subplots(1, len(tables)))
+        for ax, table in zip(axes, tables, strict=True):
+            mine = [r for r in rows if r["table"] == table]
+            labels = [
+                "none" if r["setting"] is None else str(r["setting"]) for r in mine
+            ]
+            x = np.arange(len(mine))
+            for key, marker in (
+                ("membership_precision", "o"),
+                ("property_auc", "s"),
+                ("model_auc", "^"),
+            ):
+                values = [np.nan if r[key] is None else r[key] for r in mine]
+                ax.plot(x, values, marker=marker, label=key)
+            ax.set_xticks(x, labels, fontsize=7)
+            ax.set_ylim(0, 1.05)
+            ax.set_title(table, fontsize=9)
+        axes[0].legend(fontsize=6)
 
-    fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.2))
-    for ax, table in zip(np.atleast_1d(axes), tables, strict=True):
-        mine = [r for r in rows if r["table"] == table]
-        labels = ["none" if r["setting"] is None else str(r["setting"]) for r in mine]
-        x = np.arange(len(mine))
-        for key, marker in (
-            ("membership_precision", "o"),
-            ("property_auc", "s"),
-            ("model_auc", "^"),
-        ):
-            values = [np.nan if r[key] is None else r[key] for r in mine]
-            ax.plot(x, values, marker=marker, label=key)
-        ax.set_xticks(x, labels, fontsize=7)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(table, fontsize=9)
-    np.atleast_1d(axes)[0].legend(fontsize=6)
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    write_figure(path, draw, (3.2 * len(tables), 3.2))
 
 
 def run_defenses_bench(
@@ -340,11 +328,11 @@ def run_defenses_bench(
         )
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)  # before the work
+    record = BenchRecord("defenses", record_path(out, make_folder=True))
     started = time.perf_counter()
     logging.getLogger().addFilter(_quiet_accountant)
     try:
-        return _run(out, tables, quick, seed, say, started)
+        return _run(record, tables, quick, seed, say, started)
     finally:
         logging.getLogger().removeFilter(_quiet_accountant)
 
@@ -355,7 +343,7 @@ def _quiet_accountant(record: logging.LogRecord) -> bool:
 
 
 def _run(
-    out: str | Path,
+    record: BenchRecord,
     tables: Sequence[str],
     quick: bool,
     seed: int,
@@ -406,8 +394,7 @@ def _run(
                 + (f", epsilon {eps:.3g}" if eps is not None else "")
                 + f" ({row['wall_s']:.1f} s)"
             )
-    out_path = Path(out)
-    plot_path = out_path.with_name(out_path.stem + "-tables.png")
+    plot_path = record.sibling("tables.png")
     report: dict[str, Any] = {
         "description": __doc__,
         "quick": quick,
@@ -437,16 +424,13 @@ def _run(
         "rows": rows,
         "thesis": THESIS,
         "plots": [plot_path.name],
-        "wall_s": time.perf_counter() - started,
     }
     _plot(plot_path, rows, [t for t in TABLES if t in tables])
-    return BenchRecord("defenses", out_path).write(report)
+    return record.finish(started, report)
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-defenses.json"
-    ),
+    out: OutOption = Path("bench-defenses.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized data and fewer settings.")
     ] = False,
@@ -458,7 +442,7 @@ def command(
             "record_dp (repeatable; default all).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
 

@@ -67,6 +67,7 @@ from fedleak.privacy.accounting import (
 
 from .console import out as console
 from .console import say, written
+from .options import OutOption, SeedOption
 from .record import BenchRecord
 
 __all__ = ["command", "run_dpgm_bench"]
@@ -519,7 +520,7 @@ def run_dpgm_size_check(
             "steps": run["steps"],
         }
         report.write({"fig_5_5_size": sizes})
-    return report.write({"wall_s": time.perf_counter() - started})
+    return report.finish(started)
 
 
 # -------------------------------------------------------------------- main
@@ -616,13 +617,11 @@ def run_dpgm_bench(
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-dpgm.json"
-    ),
+    out: OutOption = Path("bench-dpgm.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized settings (a few minutes).")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of every section.")] = 0,
+    seed: SeedOption = 0,
     size_check: Annotated[
         bool,
         typer.Option(

@@ -47,19 +47,25 @@ from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     simulate_membership,
 )
-from fedleak.data.checkins import checkin_dataset, synthetic_checkins
+from fedleak.data.checkins import (
+    SyntheticCheckins,
+    checkin_dataset,
+    synthetic_checkins,
+)
 from fedleak.data.text import TextDataset, fortunes_dataset
 from fedleak.errors import ConfigError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = [
     "DATASETS",
     "default_setup",
     "load_bench_dataset",
+    "synthetic_checkin_task",
     "run_membership_bench",
 ]
 
@@ -74,6 +80,43 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
+def synthetic_checkin_task(
+    size: int,
+    *,
+    num_areas: int,
+    test_fraction: float,
+    seed: int,
+    home_fraction: float = 0.7,
+) -> tuple[TextDataset, SyntheticCheckins]:
+    """Return the benchmarks' check-in task and the check-ins it encodes.
+
+    :func:`fedleak.data.checkins.synthetic_checkins` with ``size`` users and
+    venues in ``num_areas`` home areas (Zipf exponent 1, 20 check-ins per
+    user on average, a share ``home_fraction`` of them in the home area),
+    encoded by :func:`fedleak.data.checkins.checkin_dataset` as records of
+    60 venues among the top 30,000, labelled with the user attribute, a
+    share ``test_fraction`` of the users held out. ``seed`` drives both.
+    """
+    synthetic = synthetic_checkins(
+        num_users=size,
+        num_venues=size,
+        num_areas=num_areas,
+        zipf_exponent=1.0,
+        mean_checkins=20.0,
+        home_fraction=home_fraction,
+        seed=seed,
+    )
+    data = checkin_dataset(
+        synthetic.table,
+        synthetic.attribute_map(),
+        vocab_size=30000,
+        length=60,
+        test_fraction=test_fraction,
+        seed=seed,
+    )
+    return data, synthetic
+
+
 def load_bench_dataset(name: str, *, quick: bool, seed: int) -> TextDataset:
     """Return the benchmark's dataset ``name`` (``checkins`` or ``fortunes``).
 
@@ -86,22 +129,9 @@ def load_bench_dataset(name: str, *, quick: bool, seed: int) -> TextDataset:
     """
     if name == "checkins":
         size = 1500 if quick else 10000
-        synthetic = synthetic_checkins(
-            num_users=size,
-            num_venues=size,
-            num_areas=10,
-            zipf_exponent=1.0,
-            mean_checkins=20.0,
-            seed=seed,
-        )
-        return checkin_dataset(
-            synthetic.table,
-            synthetic.attribute_map(),
-            vocab_size=30000,
-            length=60,
-            test_fraction=0.5,
-            seed=seed,
-        )
+        return synthetic_checkin_task(size, num_areas=10, test_fraction=0.5, seed=seed)[
+            0
+        ]
     if name == "fortunes":
         categories = ["computers", "people", "work"]
         if not quick:
@@ -157,34 +187,31 @@ QUICK_BATCH_SIZES: dict[str, tuple[int, ...]] = {
 
 
 def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
-    import matplotlib
+    """Plot precision and recall vs batch size, one pair of curves per dataset."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        for name in sorted({r["dataset"] for r in rows}):
+            mine = [r for r in rows if r["dataset"] == name]
+            ax.plot(
+                [r["batch_size"] for r in mine],
+                [r["precision"] for r in mine],
+                marker="o",
+                label=f"{name} precision",
+            )
+            ax.plot(
+                [r["batch_size"] for r in mine],
+                [r["recall"] for r in mine],
+                linestyle="--",
+                label=f"{name} recall",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylim(0, 1.05)
+        ax.set_title("Embedding-layer membership inference (Table 7.2)")
+        ax.legend(fontsize=7)
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name in sorted({r["dataset"] for r in rows}):
-        mine = [r for r in rows if r["dataset"] == name]
-        ax.plot(
-            [r["batch_size"] for r in mine],
-            [r["precision"] for r in mine],
-            marker="o",
-            label=f"{name} precision",
-        )
-        ax.plot(
-            [r["batch_size"] for r in mine],
-            [r["recall"] for r in mine],
-            linestyle="--",
-            label=f"{name} recall",
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("batch size")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Embedding-layer membership inference (Table 7.2)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
+    write_figure(path, draw, (5, 3.5), dpi=120)
 
 
 def run_membership_bench(
@@ -219,7 +246,7 @@ def run_membership_bench(
     """
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)  # before the work
+    record = BenchRecord("membership", record_path(out, make_folder=True))
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     setups: dict[str, Any] = {}
@@ -252,8 +279,7 @@ def run_membership_bench(
                 f"{name} B={size}: precision {row['precision']:.3f} recall "
                 f"{row['recall']:.3f} ({row['rounds']} rounds, {row['wall_s']:.1f} s)"
             )
-    out_path = Path(out)
-    plot_path = out_path.with_name(out_path.stem + "-precision.png")
+    plot_path = record.sibling("precision.png")
     report: dict[str, Any] = {
         "description": __doc__,
         "quick": quick,
@@ -271,10 +297,9 @@ def run_membership_bench(
             for name in datasets
         },
         "plots": [plot_path.name],
-        "wall_s": time.perf_counter() - started,
     }
     _plot(plot_path, rows)
-    return BenchRecord("membership", out_path).write(report)
+    return record.finish(started, report)
 
 
 def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
@@ -282,9 +307,7 @@ def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-membership.json"
-    ),
+    out: OutOption = Path("bench-membership.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized data and batch sizes.")
     ] = False,
@@ -296,7 +319,7 @@ def command(
         list[int] | None,
         typer.Option("--batch-size", help="Batch sizes (repeatable)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     iterations: Annotated[
         int | None,
         typer.Option(help="Rounds per run instead of epochs (the thesis: 3,000)."),

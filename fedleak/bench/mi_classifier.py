@@ -59,12 +59,13 @@ from fedleak.attacks.membership.classifier import (
 )
 from fedleak.data import load_dataset, skewed_purchases
 from fedleak.errors import ConfigError, DataError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 from fedleak.privacy.ldp import laplace_pixelization, randomized_response
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = [
     "DATASETS",
@@ -226,13 +227,10 @@ def _points(
 
 
 def _plot(path: Path, rows: list[dict[str, Any]]) -> str:
-    import matplotlib
+    """Draw MI precision and recall vs epsilon and precision vs accuracy."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.8))
-    try:
+    def draw(fig: Any) -> None:
+        axes = fig.subplots(1, 3)
         original = [r for r in rows if r["setting"] == "original"]
         for setting, marker in (("ldp", "o"), ("cdp", "s")):
             pts = sorted(
@@ -274,15 +272,8 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> str:
         axes[2].set_xlabel("target test accuracy")
         axes[2].set_ylabel("MI precision")
         axes[2].legend(fontsize=8)
-        fig.tight_layout()
 
-        def write(tmp: Path) -> None:
-            fig.savefig(tmp, format="png", dpi=110)
-
-        write_atomic(path, write)
-    finally:
-        plt.close(fig)
-    return str(path)
+    return write_figure(path, draw, (12.0, 3.8))
 
 
 def _run_points(
@@ -388,9 +379,7 @@ def run_mi_classifier_bench(
         raise ConfigError(
             f"unknown dataset {s.dataset!r}; choose one of {list(DATASETS)}"
         )
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     say = progress or (lambda _: None)
     started = time.perf_counter()
     split = _split(s, seed)
@@ -423,8 +412,8 @@ def run_mi_classifier_bench(
                 if original["precision"]
                 else math.nan,
             }
-    wall = time.perf_counter() - started
-    plots = [_plot(out.with_name(f"{out.stem}-ldp-cdp.png"), rows)]
+    record = BenchRecord("mi-classifier", out)
+    plots = [_plot(record.sibling("ldp-cdp.png"), rows)]
     report: dict[str, Any] = {
         "quick": quick,
         "seed": seed,
@@ -444,9 +433,8 @@ def run_mi_classifier_bench(
         "trends": trends,
         "median_wall_s_per_point": float(np.median([r["wall_s"] for r in rows])),
         "plots": [Path(p).name for p in plots],  # next to the JSON
-        "wall_s": wall,
     }
-    return BenchRecord("mi-classifier", out).write(report)
+    return record.finish(started, report)
 
 
 def _classifier_table(report: dict[str, Any]) -> Table:
@@ -470,9 +458,7 @@ def _classifier_table(report: dict[str, Any]) -> Table:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-mi-classifier.json"
-    ),
+    out: OutOption = Path("bench-mi-classifier.json"),
     quick: Annotated[
         bool,
         typer.Option(
@@ -485,7 +471,7 @@ def command(
             help="skewed-purchases, digits or fashion-mnist (default: by --quick)."
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Shadow-model and loss-threshold MI on classifiers: LDP vs CDP."""
     report = run_mi_classifier_bench(

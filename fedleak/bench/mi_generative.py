@@ -73,7 +73,8 @@ from fedleak.generative import (
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = [
     "CPU",
@@ -867,9 +868,7 @@ def run_mi_generative_bench(
     if unknown:
         raise ConfigError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
     say = progress or (lambda _: None)
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     seeds = _child_seeds(seed, _SEED_NAMES)
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
@@ -877,7 +876,6 @@ def run_mi_generative_bench(
         data = _load(s, seed)
         say(f"{s.dataset}: pool {data.pool.shape[0]}, members {data.num_members}")
         runs = _attack_all(s, data, seeds, device, chosen, say)
-    wall = time.perf_counter() - started
     plots = _plots(
         out,
         s,
@@ -910,9 +908,8 @@ def run_mi_generative_bench(
         "auxiliary": runs.auxiliary,
         "monte_carlo": runs.monte_carlo,
         "plots": [Path(p).name for p in plots],  # next to the JSON
-        "wall_s": wall,
     }
-    return BenchRecord("mi-generative", out).write(report)
+    return BenchRecord("mi-generative", out).finish(started, report)
 
 
 def _resolve_settings(
@@ -1088,9 +1085,7 @@ def _generative_tables(report: dict[str, Any]) -> list[Table]:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-mi-generative.json"
-    ),
+    out: OutOption = Path("bench-mi-generative.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: digits, 400-record pool."),
@@ -1107,7 +1102,7 @@ def command(
         str | None,
         typer.Option(help="digits or fashion-mnist (default: by --quick)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     device: Annotated[
         str, typer.Option(help="Torch device of the training, e.g. cuda.")
     ] = "cpu",

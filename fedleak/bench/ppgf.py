@@ -81,13 +81,14 @@ from fedleak.attacks.membership.classifier import (
 )
 from fedleak.attacks.membership.gradient_norm import gradient_norm_scores
 from fedleak.errors import ConfigError, DataError
-from fedleak.files import write_atomic
+from fedleak.files import write_figure
 from fedleak.privacy.accounting import sgm_noise_multiplier
 from fedleak.synth.latent import LatentSynthesizer
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 
 __all__ = ["run_ppgf_bench"]
 
@@ -129,29 +130,21 @@ def _auc_of(attack: str) -> Callable[[dict[str, Any]], float]:
     return get
 
 
-def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    import matplotlib
+def _method_panel(
+    ax: Any, rows: list[dict[str, Any]], value: Callable[[dict[str, Any]], float]
+) -> None:
+    """Draw ``value`` vs epsilon for PPGF and DP-SGD, and the unprivate levels.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def series(
-        method: str, key: Callable[[dict[str, Any]], float]
-    ) -> tuple[list[float], list[float]]:
+    The reference, source and reconstruction models have no epsilon: each is
+    a grey horizontal line at its value.
+    """
+    for method, color in (("ppgf", "tab:red"), ("dp-sgd", "tab:blue")):
         sel = sorted(
             (r for r in rows if r["method"] == method), key=lambda r: r["epsilon"]
         )
-        return [r["epsilon"] for r in sel], [key(r) for r in sel]
-
-    def flat(method: str, key: Callable[[dict[str, Any]], float]) -> float | None:
-        sel = [r for r in rows if r["method"] == method]
-        return key(sel[0]) if sel else None
-
-    paths = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, color in (("ppgf", "tab:red"), ("dp-sgd", "tab:blue")):
         ax.plot(
-            *series(method, lambda r: r["test_accuracy"]),
+            [r["epsilon"] for r in sel],
+            [value(r) for r in sel],
             "o-",
             color=color,
             label=method,
@@ -161,61 +154,49 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
         ("source", ":"),
         ("reconstruction", "--"),
     ):
-        value = flat(method, lambda r: r["test_accuracy"])
-        if value is not None:
-            ax.axhline(value, linestyle=style, color="gray", label=method)
-    ax.set(
-        xscale="log",
-        xlabel="epsilon",
-        ylabel="test accuracy",
-        title="downstream utility",
-        ylim=(0, 1),
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out.with_name(f"{out.stem}-utility.png")
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    paths.append(str(path))
+        sel = [r for r in rows if r["method"] == method]
+        if sel:
+            ax.axhline(value(sel[0]), linestyle=style, color="gray", label=method)
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), sharey=True)
-    for ax, (attack, title) in zip(
-        axes,
-        (
-            ("black_box", "shadow model (black box)"),
-            ("loss_threshold", "loss threshold"),
-            ("white_box", "gradient norm (white box)"),
-        ),
-        strict=True,
-    ):
-        auc = _auc_of(attack)
-        for method, color in (("ppgf", "tab:red"), ("dp-sgd", "tab:blue")):
-            ax.plot(
-                *series(method, auc),
-                "o-",
-                color=color,
-                label=method,
-            )
-        for method, style in (
-            ("reference", "-."),
-            ("source", ":"),
-            ("reconstruction", "--"),
-        ):
-            value = flat(method, auc)
-            if value is not None:
-                ax.axhline(value, linestyle=style, color="gray", label=method)
-        ax.axhline(0.5, color="black", linewidth=0.6)
-        ax.set(xscale="log", xlabel="epsilon", title=title)
+
+def _plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """Draw the utility and the MI AUC plots next to ``out``; return their paths."""
+
+    def utility(fig: Any) -> None:
+        ax = fig.subplots()
+        _method_panel(ax, rows, lambda r: r["test_accuracy"])
+        ax.set(
+            xscale="log",
+            xlabel="epsilon",
+            ylabel="test accuracy",
+            title="downstream utility",
+            ylim=(0, 1),
+        )
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("MI AUC")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    path = out.with_name(f"{out.stem}-mi.png")
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    paths.append(str(path))
-    return paths
+        ax.legend(fontsize=8)
+
+    def membership(fig: Any) -> None:
+        axes = fig.subplots(1, 3, sharey=True)
+        for ax, (attack, title) in zip(
+            axes,
+            (
+                ("black_box", "shadow model (black box)"),
+                ("loss_threshold", "loss threshold"),
+                ("white_box", "gradient norm (white box)"),
+            ),
+            strict=True,
+        ):
+            _method_panel(ax, rows, _auc_of(attack))
+            ax.axhline(0.5, color="black", linewidth=0.6)
+            ax.set(xscale="log", xlabel="epsilon", title=title)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("MI AUC")
+        axes[0].legend(fontsize=8)
+
+    return [
+        write_figure(out.with_name(f"{out.stem}-utility.png"), utility, (6, 4)),
+        write_figure(out.with_name(f"{out.stem}-mi.png"), membership, (14, 3.8)),
+    ]
 
 
 def run_ppgf_bench(
@@ -255,9 +236,7 @@ def run_ppgf_bench(
     """
     from fedleak.data import find_data_dir
 
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out does not exist: {out.parent}")
+    out = record_path(out)
     if dataset is None:
         dataset = "digits"
         if not quick:
@@ -558,9 +537,8 @@ def _run(
         f"VAE + label transfer fitted: {vae_s:.1f}s, "
         f"sensitivity {synth.sensitivity:.2f}"
     )
-    rows: list[dict[str, Any]] = []
     doc = BenchRecord("ppgf", out)
-    doc.update(
+    rows = doc.start_rows(
         {
             **_header(plan, shape, synth, attacker),
             "setup": {
@@ -568,11 +546,6 @@ def _run(
                 "vae_fit_s": vae_s,
                 "shadow_fit_s": attacker.fit_s,
             },
-            "rows": rows,
-            "summary": {},
-            "plots": [],
-            "complete": False,
-            "wall_s": 0.0,
         }
     )
     runs: list[tuple[str, float]] = [
@@ -593,25 +566,17 @@ def _run(
             **_attack_row(target, eps, attacker, flat, n_members),
         }
         row["wall_s"] = time.perf_counter() - t0
-        rows.append(row)
-        doc["wall_s"] = time.perf_counter() - started
-        doc.write()  # an interrupted run keeps its rows
+        doc.add_row(row, started)
         say(
             f"{method} eps={eps}: test acc {row['test_accuracy']:.3f}, AUC black-box "
             f"{row['black_box']['auc']:.3f}, loss {row['loss_threshold']['auc']:.3f}, "
             f"white-box {row['white_box']['auc']:.3f} ({row['wall_s']:.1f}s)"
         )
-    doc["summary"] = _summary(rows)
-    doc["complete"] = True
-    doc["plots"] = _plot(rows, out)
-    doc["wall_s"] = time.perf_counter() - started
-    return doc.write()
+    return doc.finish_rows(started, _summary(rows), _plot(rows, out))
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-ppgf.json"
-    ),
+    out: OutOption = Path("bench-ppgf.json"),
     quick: Annotated[
         bool,
         typer.Option("--quick", help="CI-sized: digits, few epsilons and epochs."),
@@ -627,7 +592,7 @@ def command(
     members: Annotated[
         int | None, typer.Option(help="Source (member) records.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Root seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Seed 003's framework: accuracy and MI AUC vs epsilon, next to DP-SGD."""
     report = run_ppgf_bench(

@@ -81,7 +81,8 @@ from fedleak.task import client_data
 
 from .console import fmt, say, written
 from .console import out as console
-from .record import BenchRecord
+from .options import OutOption, SeedOption, VerboseOption
+from .record import BenchRecord, record_path
 
 __all__ = [
     "EXPERIMENTS",
@@ -851,8 +852,7 @@ def run_property_bench(
             f"unknown property experiment {experiment!r}; choose one of "
             f"{list(EXPERIMENTS)}"
         )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = record_path(out, make_folder=True)
     if quick and rounds is None:
         rounds = QUICK_ROUNDS[experiment]
     settings = _Settings(
@@ -872,8 +872,8 @@ def run_property_bench(
     )
     started = time.perf_counter()
     rows, summary, plots = EXPERIMENTS[experiment](settings)
-    wall = time.perf_counter() - started
-    return BenchRecord("property", out).write(
+    return BenchRecord("property", out).finish(
+        started,
         {
             "experiment": experiment,
             "quick": quick,
@@ -893,8 +893,7 @@ def run_property_bench(
             "summary": summary,
             "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
             "plots": [Path(p).name for p in plots],  # next to the JSON
-            "wall_s": wall,
-        }
+        },
     )
 
 
@@ -903,13 +902,11 @@ def command(
         str,
         typer.Argument(help="Experiment: " + ", ".join(EXPERIMENTS) + "."),
     ],
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-property.json"
-    ),
+    out: OutOption = Path("bench-property.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized: few rounds and points.")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Run seed.")] = 0,
+    seed: SeedOption = 0,
     rounds: Annotated[
         int | None, typer.Option(help="Override the rounds of every run.")
     ] = None,
@@ -931,7 +928,7 @@ def command(
             help="two-party: watermark, inverted or blurred (repeatable).",
         ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Property inference against Flower clients: AUC, scores and plots."""
     report = run_property_bench(

@@ -17,8 +17,10 @@ Every ``fedleak bench <name>`` writes one JSON record. Its top level is::
     }
 
 A benchmark that writes its record several times while it runs (so an
-interrupted run keeps what it measured) calls :meth:`BenchRecord.write` again;
-the provenance is stamped once, when the record is created.
+interrupted run keeps what it measured) calls :meth:`BenchRecord.write_progress`
+after each piece and :meth:`BenchRecord.finish` at the end; the provenance is
+stamped once, when the record is created. :func:`record_path` checks (or
+makes) the record's folder before any work.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import platform
 import shlex
 import sys
+import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +37,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Final
 
+from fedleak.errors import ConfigError
 from fedleak.files import write_json_atomic
 
-__all__ = ["BENCH_SCHEMA_VERSION", "BenchRecord", "provenance"]
+__all__ = ["BENCH_SCHEMA_VERSION", "BenchRecord", "provenance", "record_path"]
 
 #: Version of the benchmark-record layout above (independent of the run
 #: directories' ``results.json`` schema).
@@ -91,6 +95,30 @@ def provenance() -> dict[str, Any]:
             "cpus": os.cpu_count() or 0,
         },
     }
+
+
+def record_path(out: str | Path, *, make_folder: bool = False) -> Path:
+    """Return the record's path ``out``, its folder checked before any work.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The JSON file of ``--out``.
+    make_folder : bool, default=False
+        Create the folder (and its parents) if it is missing, instead of
+        refusing it.
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        If the folder of ``out`` does not exist and ``make_folder`` is false.
+    """
+    path = Path(out)
+    if make_folder:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.exists():
+        raise ConfigError(f"the folder of --out does not exist: {path.parent}")
+    return path
 
 
 @dataclass
@@ -159,6 +187,60 @@ class BenchRecord(MutableMapping[str, Any]):
         document = self.document()
         write_json_atomic(self.out, document)
         return document
+
+    def write_progress(self, started: float) -> dict[str, Any]:
+        """Write the record as it stands, ``wall_s`` measured since ``started``.
+
+        A benchmark calls it after every measured piece, so that a run
+        interrupted later keeps what it measured.
+        """
+        self.body["wall_s"] = time.perf_counter() - started
+        return self.write()
+
+    def finish(
+        self, started: float, entries: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Add the last ``entries``, then write with ``wall_s`` since ``started``.
+
+        ``wall_s`` is taken last, so it covers the whole run, plots included.
+        Returns the record written.
+        """
+        if entries:
+            self.body.update(entries)
+        return self.write_progress(started)
+
+    def start_rows(self, header: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Open a record that grows row by row; return its (empty) list of rows.
+
+        The record holds ``header``, then ``rows``, an empty ``summary``, no
+        ``plots``, ``"complete": false`` and ``wall_s``: a file written before
+        :meth:`finish_rows` says that it is partial.
+        """
+        rows: list[dict[str, Any]] = []
+        self.body.update(
+            {
+                **header,
+                "rows": rows,
+                "summary": {},
+                "plots": [],
+                "complete": False,
+                "wall_s": 0.0,
+            }
+        )
+        return rows
+
+    def add_row(self, row: dict[str, Any], started: float) -> None:
+        """Append ``row`` and write the record (an interrupted run keeps its rows)."""
+        self.body["rows"].append(row)
+        self.write_progress(started)
+
+    def finish_rows(
+        self, started: float, summary: dict[str, Any], plots: list[str]
+    ) -> dict[str, Any]:
+        """Close a record opened by :meth:`start_rows`: summary, plots, complete."""
+        return self.finish(
+            started, {"summary": summary, "complete": True, "plots": plots}
+        )
 
     def sibling(self, suffix: str) -> Path:
         """Return the path of a file that goes with the record.

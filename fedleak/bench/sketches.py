@@ -51,7 +51,8 @@ from fedleak.files import write_atomic
 
 from .console import out as console
 from .console import say, written
-from .record import BenchRecord
+from .options import OutOption, SeedOption
+from .record import BenchRecord, record_path
 from .table_4_1 import SEED_DEPTH, THESIS_TABLE_4_1
 
 __all__ = ["command", "run_sketch_bench"]
@@ -872,9 +873,7 @@ def run_sketch_bench(
         The report.
     """
     say = progress or (lambda _text: None)
-    out = Path(out)
-    if not out.parent.exists():
-        raise ConfigError(f"the folder of --out ({out.parent}) does not exist.")
+    out = record_path(out)
     settings: dict[str, Any] = (
         {
             "throughput_items": 1_000_000,
@@ -949,13 +948,11 @@ def run_sketch_bench(
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-sketches.json"
-    ),
+    out: OutOption = Path("bench-sketches.json"),
     quick: Annotated[
         bool, typer.Option("--quick", help="CI-sized settings (about a minute).")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of every section.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Count-Min vs DataSketches, private recommender, heat maps, private median."""
     report = run_sketch_bench(

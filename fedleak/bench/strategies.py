@@ -58,6 +58,7 @@ from fedleak.strategies import ModelAveraging, SyncSGD
 
 from .console import out as console
 from .console import written
+from .options import OutOption, VerboseOption
 from .record import BenchRecord
 
 __all__ = ["command", "run_strategy_bench"]
@@ -253,7 +254,8 @@ def run_strategy_bench(
     results = _round_times(timers)
     base = results["fedavg"]["median_round_s"]
     record = BenchRecord("strategies", Path(out))
-    return record.write(
+    return record.finish(
+        started,
         {
             "description": __doc__,
             "settings": {
@@ -270,15 +272,12 @@ def run_strategy_bench(
             "ratios_vs_fedavg": {
                 name: stats["median_round_s"] / base for name, stats in results.items()
             },
-            "wall_s": time.perf_counter() - started,
-        }
+        },
     )
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", help="JSON file to write.")] = Path(
-        "bench-strategies.json"
-    ),
+    out: OutOption = Path("bench-strategies.json"),
     clients: Annotated[int, typer.Option(help="Simulated clients.")] = 10,
     rounds: Annotated[int, typer.Option(help="Rounds per strategy per block.")] = 10,
     blocks: Annotated[
@@ -290,7 +289,7 @@ def command(
     engine: Annotated[
         str, typer.Option(help="Simulation engine: fedleak (default) or flower.")
     ] = "fedleak",
-    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Time rounds of SyncSGD and ModelAveraging vs Flower's FedAvg, same simulation."""
     report = run_strategy_bench(

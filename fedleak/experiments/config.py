@@ -59,6 +59,7 @@ from fedleak.settings import (
     RunContext,
     TargetSchedule,
     describe_validation_error,
+    dotted_section,
 )
 
 if TYPE_CHECKING:  # the task module imports torch: load it when a task is built
@@ -518,13 +519,9 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
     result: dict[str, Any] = _thawed(raw)
     for text in overrides:
         key, value = parse_override(text)
-        *path, leaf = key.split(".")
-        node = result
-        for part in path:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: {part!r} is not a section")
-            node = child
+        node, leaf = dotted_section(
+            result, key, lambda key, part: f"--set {key}: {part!r} is not a section"
+        )
         node[leaf] = value
     return result
 
