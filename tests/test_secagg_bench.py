@@ -9,7 +9,12 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fedleak.bench.secagg import acceptance, run_secagg_bench, seed_table
-from fedleak.bench.secagg_federated import METHODS, STAGES, payload_bytes
+from fedleak.bench.secagg_federated import (
+    METHODS,
+    STAGES,
+    _client_app,
+    payload_bytes,
+)
 from fedleak.bench.table_4_1 import THESIS_TABLE_4_1, from_error_size, seed_size
 
 
@@ -54,6 +59,17 @@ def test_payload_bytes_counts_arrays_config_bytes_and_numbers() -> None:
         }
     )
     assert payload_bytes(content) == len(array.data) + 5 + 2 + 8 + 3 + 8
+
+
+def test_the_client_app_travels_by_name_to_the_actors() -> None:
+    """Flower's Ray backend pickles the ClientApp with every message."""
+    from ray import cloudpickle
+
+    app = _client_app(1000)
+    data = cloudpickle.dumps(app)
+    assert len(data) < 200  # a reference, not the closures' code (about 7 kB)
+    assert cloudpickle.loads(data) is app
+    assert _client_app(2000) is not app
 
 
 def _report(plus: float, double: float, thesis: float, error: float) -> dict:
