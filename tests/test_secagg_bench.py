@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedleak.bench.secagg import acceptance, run_secagg_bench, seed_table
+from fedleak.bench.secagg import (
+    PARTS,
+    acceptance,
+    parse_sizes,
+    run_secagg_bench,
+    seed_table,
+)
 from fedleak.bench.secagg_federated import (
     METHODS,
     STAGES,
@@ -16,6 +22,7 @@ from fedleak.bench.secagg_federated import (
     payload_bytes,
 )
 from fedleak.bench.table_4_1 import THESIS_TABLE_4_1, from_error_size, seed_size
+from fedleak.errors import ConfigError
 
 
 def test_table_4_1_has_every_row_of_the_seed_with_its_own_rounding() -> None:
@@ -70,6 +77,45 @@ def test_the_client_app_travels_by_name_to_the_actors() -> None:
     assert len(data) < 200  # a reference, not the closures' code (about 7 kB)
     assert cloudpickle.loads(data) is app
     assert _client_app(2000) is not app
+
+
+def test_sizes_parse_and_bad_items_are_named() -> None:
+    assert parse_sizes("30x100000, 100x10", "--sizes") == [(30, 100_000), (100, 10)]
+    for bad in ("30", "30x", "x5", "3.5x10", "30x1e5"):
+        with pytest.raises(ConfigError, match=r"^--sizes: .* is not NxL"):
+            parse_sizes(f"10x10,{bad}", "--sizes")
+
+
+def test_only_the_chosen_parts_run(tmp_path) -> None:
+    out = tmp_path / "secagg.json"
+    record = run_secagg_bench(out, parts=["table_4_1"], table_users=100)
+    assert record["settings"]["parts"] == ["table_4_1"]
+    assert "federated" not in record and "client_work" not in record
+    assert [row["n_users"] for row in record["table_4_1"]] == [100]
+    assert record["acceptance"] == {}  # no target's size was measured
+    assert json.loads(out.read_text()) == record
+    (row,) = run_secagg_bench(
+        out, parts=["client_work"], work_sizes=[(4, 500)], work_repeats=1
+    )["client_work"]
+    assert (row["n_clients"], row["length"]) == (4, 500)
+    assert PARTS == ("federated", "client_work", "table_4_1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"parts": ["federated", "tables"]}, r"^bench secagg parts must be some of"),
+        ({"parts": []}, r"^bench secagg parts must be some of"),
+        ({"sizes": [(2, 100)]}, r"^bench secagg needs rounds >= 2"),
+        ({"work_sizes": [(30, 0)]}, r"L >= 1; got"),
+        ({"rounds": 1}, r"rounds=1"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, kwargs, message) -> None:
+    out = tmp_path / "secagg.json"
+    with pytest.raises(ConfigError, match=message):
+        run_secagg_bench(out, **kwargs)
+    assert not out.exists()
 
 
 def _report(plus: float, double: float, thesis: float, error: float) -> dict:
