@@ -127,8 +127,13 @@ def _report(plus: float, double: float, thesis: float, error: float) -> dict:
     work = {
         "n_clients": 100,
         "length": 100_000,
-        "floor": {"floor_client_s": 1.0},
-        "double-masking": {"client_upload_s": 1.5, "client_total_s": 2.5},
+        "floor": {"floor_client_s": 1.0, "floor_client_cpu_s": 0.5},
+        "double-masking": {
+            "client_upload_s": 1.5,
+            "client_total_s": 2.5,
+            "client_upload_cpu_s": 0.9,
+            "client_total_cpu_s": 1.1,
+        },
     }
     return {
         "federated": [
@@ -146,7 +151,15 @@ def test_acceptance_states_each_target_and_whether_it_held() -> None:
         "double_rel_error_at_30_1e5": True,
         "client_upload_vs_floor_at_100_1e5": True,
         "client_upload_and_unmask_vs_floor_at_100_1e5": False,
+        "client_upload_cpu_vs_floor_at_100_1e5": True,  # 0.9 / 0.5
+        "client_upload_and_unmask_cpu_vs_floor_at_100_1e5": False,  # 1.1 / 0.5
     }
+    assert checks["client_upload_cpu_vs_floor_at_100_1e5"]["value"] == 1.8
+    # a record from before CPU time was measured keeps its wall-clock checks
+    old = _report(plus=3.3, double=1.0, thesis=0.8, error=1e-7)
+    work = old["client_work"][0]
+    del work["floor"]["floor_client_cpu_s"]
+    assert not any("cpu" in name for name in acceptance(old))
     missed = acceptance(_report(plus=2.0, double=1.0, thesis=0.5, error=2e-6))
     assert not any(
         missed[k]["met"]
