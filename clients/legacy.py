@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from logging import WARNING
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 from flwr.app import (
@@ -60,6 +60,7 @@ __all__ = [
     "call_with_layout",
     "identify_reply",
     "legacy_client_mod",
+    "record_of",
 ]
 
 LEGACY_STATE: Final = "fedleak.legacy-layout"
@@ -68,6 +69,7 @@ LEGACY_STATE: Final = "fedleak.legacy-layout"
 _LEGACY_INPUT = {"train": "fitins", "evaluate": "evaluateins"}
 _SCALARS = (bool, int, float, str, bytes)
 _WARNED = "warned-dropped"
+_R = TypeVar("_R", ArrayRecord, ConfigRecord, MetricRecord)
 
 
 def identify_reply(msg: Message, context: Context) -> Message:
@@ -87,8 +89,20 @@ def identify_reply(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+def record_of(records: RecordDict, name: str, kind: type[_R]) -> _R | None:
+    """Return the record ``name`` of ``records`` if it is a ``kind``, else None.
+
+    Reads that one entry: Flower's ``RecordDict.config_records`` (and
+    ``array_records``, ``metric_records``) build and check a new mapping of
+    all the records of their kind on every call, about 20 us each, and a
+    protocol message looks records up several times per stage.
+    """
+    record = records.get(name)
+    return record if isinstance(record, kind) else None
+
+
 def _is_legacy(context: Context) -> bool:
-    return LEGACY_STATE in context.state.config_records
+    return record_of(context.state, LEGACY_STATE, ConfigRecord) is not None
 
 
 def _new_layout(msg: Message) -> bool:
@@ -97,8 +111,8 @@ def _new_layout(msg: Message) -> bool:
     content = msg.content
     return (
         kind is not None
-        and protocol.ARRAYS_KEY in content.array_records
-        and f"{kind}.parameters" not in content.array_records
+        and record_of(content, protocol.ARRAYS_KEY, ArrayRecord) is not None
+        and record_of(content, f"{kind}.parameters", ArrayRecord) is None
     )
 
 

@@ -57,7 +57,14 @@ from collections.abc import Callable
 from logging import WARNING
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.common import log
 
@@ -82,8 +89,9 @@ from fedleak.secagg.constants import (
 )
 from fedleak.secagg.layout import RAW_SLOTS, VectorLayout
 from fedleak.secagg.records import Record
+from fedleak.training import arrays_from_records
 
-from .legacy import call_with_layout, identify_reply
+from .legacy import call_with_layout, identify_reply, record_of
 
 __all__ = [
     "QUANTISATION_STATE",
@@ -114,7 +122,7 @@ def load_session(
     context: Context, own_id: int, guards: ClientGuards
 ) -> ClientSession | None:
     """Return the node's session from ``context.state``, or None if it has none."""
-    record = context.state.config_records.get(STATE_RECORD)
+    record = record_of(context.state, STATE_RECORD, ConfigRecord)
     if record is None:
         return None
     return ClientSession(own_id, ClientState.from_record(dict(record)), guards)
@@ -159,7 +167,10 @@ def run_secagg_stage(
     ProtocolError
         On a malformed request (Flower turns it into an error reply).
     """
-    request = dict(msg.content.config_records[RECORD])
+    record = record_of(msg.content, RECORD, ConfigRecord)
+    if record is None:
+        raise ProtocolError(f"the message carries no {RECORD!r} ConfigRecord")
+    request = dict(record)
     stage = request.get(Key.STAGE)
     own = msg.metadata.dst_node_id
     try:
@@ -210,7 +221,7 @@ class _Encoding:
         )
         self.max_weight = _float(record, "max-weight")
         self.clipped = 0
-        self.largest = 0.0
+        self.largest = 0.0  # the largest |value| of the reply, when any was clipped
         self.kept_metrics: list[str] = []
         if self.layout.length != plan.length:
             raise ProtocolError(
@@ -224,15 +235,15 @@ class _Encoding:
     def encode(self, reply: Message) -> np.ndarray:
         """Turn the train function's reply into the encoded (unmasked) vector."""
         content = reply.content
-        if len(content.array_records) != 1 or len(content.metric_records) != 1:
+        array_records = [r for r in content.values() if isinstance(r, ArrayRecord)]
+        metric_records = [r for r in content.values() if isinstance(r, MetricRecord)]
+        if len(array_records) != 1 or len(metric_records) != 1:
             raise ProtocolError(
                 "secure aggregation needs a train reply with exactly one ArrayRecord "
                 "and one MetricRecord"
             )
-        arrays = {
-            k: v.numpy() for k, v in next(iter(content.array_records.values())).items()
-        }
-        metrics = next(iter(content.metric_records.values()))
+        arrays = arrays_from_records(array_records[0])
+        metrics = metric_records[0]
         if _abstains(metrics):
             return self._abstention()
         weight = 1.0
@@ -250,17 +261,22 @@ class _Encoding:
                     "SecureAggregation(max_weight=...)"
                 )
             weight = float(n_k)
-        values = self.layout.flatten(arrays, fill_missing=not self.weighted)
-        metric_values = []
-        for name in self.layout.metric_names:
+        layout = self.layout
+        # one float64 vector (arrays, then metrics) and one vector of words
+        # (fixed point, then the raw slots): no intermediate copies
+        plain = np.empty(layout.fixed_length, dtype=np.float64)
+        layout.flatten(
+            arrays, fill_missing=not self.weighted, out=plain[: layout.model_length]
+        )
+        for k, name in enumerate(layout.metric_names):
             value = metrics.get(name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ProtocolError(f"metric {name!r} to aggregate securely is missing")
-            metric_values.append(float(value))
-        plain = np.concatenate([values, metric_values])
-        encoded, clipped = self.fixed.encode(plain, weight)
+            plain[layout.model_length + k] = float(value)
+        words = np.empty(layout.length, dtype=self.fixed.dtype)
+        _, clipped = self.fixed.encode(plain, weight, out=words[: layout.fixed_length])
         self.clipped = clipped
-        self.largest = float(np.max(np.abs(plain))) if plain.size else 0.0
+        self.largest = float(np.max(np.abs(plain))) if clipped else 0.0
         self.kept_metrics = sorted(
             k
             for k in metrics
@@ -268,7 +284,8 @@ class _Encoding:
         )
         raw = np.array([int(weight), clipped], dtype=np.int64).astype(self.fixed.dtype)
         assert raw.size == len(RAW_SLOTS)
-        return np.concatenate([encoded, raw])
+        words[layout.fixed_length :] = raw
+        return words
 
     def _abstention(self) -> np.ndarray:
         """Return the vector of a client that sits the round out: zeros, weight 0.
@@ -309,7 +326,7 @@ def _abstains(metrics: MetricRecord) -> bool:
 
 def _warn_once(context: Context, encoding: _Encoding) -> None:
     """Name, once per node, values clipped and metrics that stay on the node."""
-    notes = context.state.config_records.get(NOTES_STATE)
+    notes = record_of(context.state, NOTES_STATE, ConfigRecord)
     if notes is None:
         notes = context.state[NOTES_STATE] = ConfigRecord()
     if encoding.clipped and not notes.get("clipped"):
@@ -373,14 +390,15 @@ def make_secagg_mod(
             # reached only in legacy (client_fn) apps, whose mods see every message
             return identify_reply(msg, context)
         if msg.metadata.message_type != "train" or (
-            RECORD not in msg.content.config_records
+            record_of(msg.content, RECORD, ConfigRecord) is None
         ):
             return call_with_layout(msg, context, call_next)
 
         def encode(plan: UploadPlan) -> np.ndarray | Message:
-            if ENCODING_RECORD not in msg.content.config_records:
+            record = record_of(msg.content, ENCODING_RECORD, ConfigRecord)
+            if record is None:
                 raise ProtocolError("upload request lacks its encoding record")
-            encoding = _Encoding(msg.content.config_records[ENCODING_RECORD], plan)
+            encoding = _Encoding(record, plan)
             del msg.content[RECORD]
             del msg.content[ENCODING_RECORD]
             context.state[QUANTISATION_STATE] = ConfigRecord(

@@ -501,3 +501,14 @@ def test_experiment_files_are_found_in_the_app_bundle_first(tmp_path, monkeypatc
         resolve_config_path("mine/other.toml", bundle)
     # fedleak's bundled files are still found by name
     assert resolve_config_path("quickstart.toml", bundle).name == "quickstart.toml"
+
+
+def test_record_of_reads_one_record_of_the_asked_kind() -> None:
+    from fedleak.clients.legacy import record_of
+
+    config = ConfigRecord({"x": 1})
+    content = RecordDict({"c": config, "m": MetricRecord({"y": 1.0})})
+    assert record_of(content, "c", ConfigRecord) is config
+    assert record_of(content, "m", ConfigRecord) is None  # another kind
+    assert record_of(content, "absent", ConfigRecord) is None
+    assert record_of(content, "m", MetricRecord) is content["m"]

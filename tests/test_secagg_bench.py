@@ -8,9 +8,21 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedleak.bench.secagg import acceptance, run_secagg_bench, seed_table
-from fedleak.bench.secagg_federated import METHODS, STAGES, payload_bytes
+from fedleak.bench.secagg import (
+    PARTS,
+    acceptance,
+    parse_sizes,
+    run_secagg_bench,
+    seed_table,
+)
+from fedleak.bench.secagg_federated import (
+    METHODS,
+    STAGES,
+    _client_app,
+    payload_bytes,
+)
 from fedleak.bench.table_4_1 import THESIS_TABLE_4_1, from_error_size, seed_size
+from fedleak.errors import ConfigError
 
 
 def test_table_4_1_has_every_row_of_the_seed_with_its_own_rounding() -> None:
@@ -56,6 +68,56 @@ def test_payload_bytes_counts_arrays_config_bytes_and_numbers() -> None:
     assert payload_bytes(content) == len(array.data) + 5 + 2 + 8 + 3 + 8
 
 
+def test_the_client_app_travels_by_name_to_the_actors() -> None:
+    """Flower's Ray backend pickles the ClientApp with every message."""
+    from ray import cloudpickle
+
+    app = _client_app(1000)
+    data = cloudpickle.dumps(app)
+    assert len(data) < 200  # a reference, not the closures' code (about 7 kB)
+    assert cloudpickle.loads(data) is app
+    assert _client_app(2000) is not app
+
+
+def test_sizes_parse_and_bad_items_are_named() -> None:
+    assert parse_sizes("30x100000, 100x10", "--sizes") == [(30, 100_000), (100, 10)]
+    for bad in ("30", "30x", "x5", "3.5x10", "30x1e5"):
+        with pytest.raises(ConfigError, match=r"^--sizes: .* is not NxL"):
+            parse_sizes(f"10x10,{bad}", "--sizes")
+
+
+def test_only_the_chosen_parts_run(tmp_path) -> None:
+    out = tmp_path / "secagg.json"
+    record = run_secagg_bench(out, parts=["table_4_1"], table_users=100)
+    assert record["settings"]["parts"] == ["table_4_1"]
+    assert "federated" not in record and "client_work" not in record
+    assert [row["n_users"] for row in record["table_4_1"]] == [100]
+    assert record["acceptance"] == {}  # no target's size was measured
+    assert json.loads(out.read_text()) == record
+    (row,) = run_secagg_bench(
+        out, parts=["client_work"], work_sizes=[(4, 500)], work_repeats=1
+    )["client_work"]
+    assert (row["n_clients"], row["length"]) == (4, 500)
+    assert PARTS == ("federated", "client_work", "table_4_1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"parts": ["federated", "tables"]}, r"^bench secagg parts must be some of"),
+        ({"parts": []}, r"^bench secagg parts must be some of"),
+        ({"sizes": [(2, 100)]}, r"^bench secagg needs rounds >= 2"),
+        ({"work_sizes": [(30, 0)]}, r"L >= 1; got"),
+        ({"rounds": 1}, r"rounds=1"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, kwargs, message) -> None:
+    out = tmp_path / "secagg.json"
+    with pytest.raises(ConfigError, match=message):
+        run_secagg_bench(out, **kwargs)
+    assert not out.exists()
+
+
 def _report(plus: float, double: float, thesis: float, error: float) -> dict:
     methods = {"secagg-double": {"max_rel_error": error}}
     ratios = {
@@ -65,8 +127,13 @@ def _report(plus: float, double: float, thesis: float, error: float) -> dict:
     work = {
         "n_clients": 100,
         "length": 100_000,
-        "floor": {"floor_client_s": 1.0},
-        "double-masking": {"client_upload_s": 1.5, "client_total_s": 2.5},
+        "floor": {"floor_client_s": 1.0, "floor_client_cpu_s": 0.5},
+        "double-masking": {
+            "client_upload_s": 1.5,
+            "client_total_s": 2.5,
+            "client_upload_cpu_s": 0.9,
+            "client_total_cpu_s": 1.1,
+        },
     }
     return {
         "federated": [
@@ -84,7 +151,15 @@ def test_acceptance_states_each_target_and_whether_it_held() -> None:
         "double_rel_error_at_30_1e5": True,
         "client_upload_vs_floor_at_100_1e5": True,
         "client_upload_and_unmask_vs_floor_at_100_1e5": False,
+        "client_upload_cpu_vs_floor_at_100_1e5": True,  # 0.9 / 0.5
+        "client_upload_and_unmask_cpu_vs_floor_at_100_1e5": False,  # 1.1 / 0.5
     }
+    assert checks["client_upload_cpu_vs_floor_at_100_1e5"]["value"] == 1.8
+    # a record from before CPU time was measured keeps its wall-clock checks
+    old = _report(plus=3.3, double=1.0, thesis=0.8, error=1e-7)
+    work = old["client_work"][0]
+    del work["floor"]["floor_client_cpu_s"]
+    assert not any("cpu" in name for name in acceptance(old))
     missed = acceptance(_report(plus=2.0, double=1.0, thesis=0.5, error=2e-6))
     assert not any(
         missed[k]["met"]

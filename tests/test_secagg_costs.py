@@ -30,8 +30,11 @@ def test_measure_costs_reports_both_modes_the_floor_and_ratios() -> None:
         "client_double_vs_thesis",
         "server_double_vs_thesis",
         "client_upload_vs_floor",
+        "client_upload_cpu_vs_floor",
         "shamir_pycryptodome_vs_fedleak",
     }
+    assert floor["floor_client_cpu_s"] > floor["shamir_split_cpu_s"] > 0
+    assert double["client_upload_cpu_s"] > 0
     assert all(v > 0 for v in row["ratios"].values())
 
 
@@ -46,17 +49,24 @@ def test_measure_round_and_validation() -> None:
 
 class _Clock:
     """A stand-in for ``time`` in the costs module: the clock moves only when
-    a patched primitive says how long it took; pycryptodome's calls are kept."""
+    a patched primitive says how long it took, the thread's CPU time by half
+    as much (the other half spent waiting for a core); pycryptodome's calls
+    are kept."""
 
     def __init__(self) -> None:
         self.now = 100.0
+        self.cpu = 7.0
         self.pycryptodome: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def perf_counter(self) -> float:
         return self.now
 
+    def thread_time(self) -> float:
+        return self.cpu
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        self.cpu += seconds / 2
 
 
 @pytest.fixture
@@ -126,6 +136,11 @@ def test_the_floor_adds_up_what_its_primitives_take(clock: _Clock) -> None:
         "pycryptodome_combine_s": pytest.approx(6e-2),
         "floor_client_s": pytest.approx(4 * 1e-4 + 5 * (2e-3 + 3e-4) + 5e-4),
         "shamir_speedup": pytest.approx(40.0),
+        "x25519_cpu_s": pytest.approx(0.5e-4),
+        "aes_ctr_cpu_s": pytest.approx(1e-3),
+        "add_cpu_s": pytest.approx(1.5e-4),
+        "shamir_split_cpu_s": pytest.approx(2.5e-4),
+        "floor_client_cpu_s": pytest.approx((4 * 1e-4 + 5 * (2e-3 + 3e-4) + 5e-4) / 2),
     }
 
 
@@ -134,6 +149,9 @@ def test_a_round_reports_each_clients_stages_and_bytes(clock: _Clock) -> None:
     assert double["client_upload_s"] == pytest.approx(1e-3)
     assert double["client_unmask_s"] == pytest.approx(2e-3)
     assert double["client_total_s"] == pytest.approx(3e-3)
+    assert double["client_upload_cpu_s"] == pytest.approx(0.5e-3)
+    assert double["client_unmask_cpu_s"] == pytest.approx(1e-3)
+    assert double["client_total_cpu_s"] == pytest.approx(1.5e-3)
     assert double["server_total_s"] == pytest.approx(
         double["server_upload_s"] + double["server_unmask_s"]
     )
@@ -167,6 +185,8 @@ def test_costs_pair_the_modes_and_the_floor_block_by_block(clock: _Clock) -> Non
     ratios = row["ratios"]
     assert ratios["client_double_vs_thesis"] == pytest.approx(3e-3 / 1e-3)
     assert ratios["client_upload_vs_floor"] == pytest.approx(1e-3 / floor)
+    assert row["floor"]["floor_client_cpu_s"] == pytest.approx(floor / 2)
+    assert ratios["client_upload_cpu_vs_floor"] == pytest.approx(1e-3 / floor)
     assert ratios["shamir_pycryptodome_vs_fedleak"] == pytest.approx(40.0)
     server = row["double-masking"]["server_total_s"] / row["thesis"]["server_total_s"]
     assert 0 < ratios["server_double_vs_thesis"] < 100 * server

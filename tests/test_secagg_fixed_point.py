@@ -162,6 +162,58 @@ def test_64_bit_with_weights_in_the_thousands() -> None:
         FixedPoint(1.0, 2.0**20).check_capacity(n, 6000)
 
 
+def reference_encode(fp: FixedPoint, x: np.ndarray, weight: float) -> np.ndarray:
+    """The encoding written out: clip, weight, scale, round, wrap mod 2**b."""
+    scaled = np.clip(x.astype(np.float64), -fp.clip, fp.clip) * weight * fp.scale
+    return np.rint(scaled).astype(np.int64).astype(fp.dtype)
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    values=st.lists(
+        st.floats(-50, 50, allow_nan=False, allow_infinity=False), max_size=40
+    ),
+    bits=st.sampled_from([32, 64]),
+    clip=st.floats(0.01, 20),
+    weight=st.sampled_from([0.0, 1.0, 2.5, 37.0]),
+    scale=st.floats(1.0, 2.0**20),
+)
+def test_encode_equals_the_written_out_formula(
+    values: list[float], bits: int, clip: float, weight: float, scale: float
+) -> None:
+    fp = FixedPoint(clip=clip, scale=scale, modulus_bits=bits)
+    x = np.array(values, dtype=np.float64)
+    encoded, clipped = fp.encode(x, weight)
+    np.testing.assert_array_equal(encoded, reference_encode(fp, x, weight))
+    assert clipped == int(np.count_nonzero(np.abs(x) > clip))
+
+
+def test_encode_reaches_both_ends_of_the_signed_word() -> None:
+    # the largest value the capacity check allows: (2**31 - 1) + 0.5 < 2**31
+    fp = FixedPoint(clip=1.0, scale=2.0**31 - 1)
+    encoded, _ = fp.encode(np.array([1.0, -1.0, -0.0, 0.25]))
+    np.testing.assert_array_equal(encoded, [2**31 - 1, 2**31 + 1, 0, 536870912])
+    np.testing.assert_array_equal(
+        fp.decode(encoded) * fp.scale, [2**31 - 1, -(2**31 - 1), 0, 536870912]
+    )
+
+
+def test_encode_writes_into_a_given_slice() -> None:
+    fp = FixedPoint(clip=1.0, scale=4.0)
+    upload = np.full(5, 7, dtype=np.uint32)
+    words, clipped = fp.encode(np.array([0.5, -2.0, 0.25]), out=upload[:3])
+    assert np.shares_memory(words, upload) and clipped == 1
+    np.testing.assert_array_equal(upload, [2, 2**32 - 4, 1, 7, 7])
+    empty, none = fp.encode(np.zeros(0))
+    assert empty.shape == (0,) and empty.dtype == np.uint32 and none == 0
+    for bad in (np.zeros(3, np.uint64), np.zeros(4, np.uint32), upload[::2][:3]):
+        with pytest.raises(
+            ConfigError,
+            match=r"^out must be a writable C-contiguous uint32 array of shape \(3,\)\.$",
+        ):
+            fp.encode(np.zeros(3), out=bad)
+
+
 def test_max_abs_error() -> None:
     assert FixedPoint(1.0, 2.0**10).max_abs_error(4) == 4 * 0.5 / 1024
 
@@ -174,6 +226,8 @@ def test_non_finite_inputs_are_refused(bad: float) -> None:
         match=r"^cannot encode 1 non-finite value\(s\) \(NaN or infinity\)\.$",
     ):
         fp.encode(np.array([0.0, bad]))
+    with pytest.raises(ConfigError, match=r"^cannot encode 1 non-finite"):
+        fp.encode(np.array([5.0, bad, -5.0]))  # also beyond the clip
 
 
 @pytest.mark.parametrize(

@@ -465,3 +465,19 @@ def test_signed_sums_and_the_layout_round_trip() -> None:
     ) == VectorLayout(("a",), ((2,),))
     partial = layout.flatten({"b": np.array([7])}, fill_missing=True)
     np.testing.assert_array_equal(partial, [0, 0, 0, 0, 0, 0, 7])
+
+
+def test_flatten_into_a_given_buffer_zeroes_what_is_missing() -> None:
+    arrays = {"w": np.arange(6.0, dtype=np.float32).reshape(2, 3), "b": np.ones(1)}
+    layout = VectorLayout.of(arrays, ["loss"])
+    vector = np.full(layout.fixed_length, 99.0)  # arrays, then the metric
+    head = vector[: layout.model_length]
+    assert layout.flatten({"b": np.array([7])}, fill_missing=True, out=head) is head
+    np.testing.assert_array_equal(vector, [0, 0, 0, 0, 0, 0, 7, 99])
+    layout.flatten(arrays, fill_missing=False, out=head)
+    np.testing.assert_array_equal(vector, [0, 1, 2, 3, 4, 5, 1, 99])
+    for bad in (np.zeros(7, np.float32), np.zeros(6)):
+        with pytest.raises(
+            ConfigError, match=r"^out must be float64 of shape \(7,\), got "
+        ):
+            layout.flatten(arrays, fill_missing=False, out=bad)

@@ -544,6 +544,26 @@ class ClientSession:
         ProtocolError
             If ``encoded`` does not fit the plan or a peer key is invalid.
         """
+        self._check_upload(plan, encoded)
+        shared = self._agree(plan)
+        masked = np.array(encoded, dtype=plan.dtype, copy=True)
+        add_pairwise_masks(
+            masked, self.node_id, shared, round=plan.round, group=plan.group
+        )
+        reply: Record = {
+            Key.STAGE: Stage.UPLOAD,
+            Key.SESSION: self.public_key,
+            Key.ROUND: plan.round,
+            Key.GROUP: plan.group,
+        }
+        if plan.mode == "double-masking":
+            reply[Key.SHARES] = self._add_self_mask(plan, shared, masked, rng)
+        reply[Key.MASKED] = masked.tobytes()
+        self._remember(plan, shared)
+        return reply
+
+    def _check_upload(self, plan: UploadPlan, encoded: np.ndarray) -> None:
+        """Refuse a replayed round; check that ``encoded`` fits the plan."""
         if plan.round <= self.state.last_round:
             raise Refused(
                 Refusal.ROUND_REPLAYED,
@@ -557,48 +577,56 @@ class ClientSession:
             raise ProtocolError(
                 f"the encoded vector must be {plan.dtype} of shape ({plan.length},)"
             )
-        me = self.node_id
+
+    def _agree(self, plan: UploadPlan) -> dict[int, bytes]:
+        """Agree on the X25519 secret with every other member, once each."""
         secret = self._keypair.secret
-        shared: dict[int, bytes] = {}
-        for j, key in zip(plan.peers, plan.keys, strict=True):
-            if j != me:
-                shared[j] = agree(secret, key)
-        masked = np.array(encoded, dtype=plan.dtype, copy=True)
-        add_pairwise_masks(masked, me, shared, round=plan.round, group=plan.group)
-        reply: Record = {
-            Key.STAGE: Stage.UPLOAD,
-            Key.SESSION: self.public_key,
-            Key.ROUND: plan.round,
-            Key.GROUP: plan.group,
+        return {
+            j: agree(secret, key)
+            for j, key in zip(plan.peers, plan.keys, strict=True)
+            if j != self.node_id
         }
-        if plan.mode == "double-masking":
-            seed_words = random_elements(SECRET_WORDS, rng)
-            buffer = np.empty(plan.length, dtype=plan.dtype)
-            self_mask(seed_words, plan.length, plan.dtype, out=buffer)
-            np.add(masked, buffer, out=masked)
-            del buffer
-            others = [j for j in plan.peers if j != me]
-            points = [k + 1 for k, j in enumerate(plan.peers) if j != me]
-            shares = split(seed_words, threshold=plan.threshold, points=points, rng=rng)
-            sealed = []
-            for j, share in zip(others, shares, strict=True):
-                key = channel_key(
+
+    def _add_self_mask(
+        self,
+        plan: UploadPlan,
+        shared: Mapping[int, bytes],
+        masked: np.ndarray,
+        rng: np.random.Generator | None,
+    ) -> bytes:
+        """Add ``PRG(b)`` for a fresh seed ``b``; return ``b``'s sealed shares.
+
+        Bonawitz et al. 2017 (double masking): peer ``j`` (roster position
+        ``k``) gets the Shamir share at ``x = k + 1``, sealed for it alone
+        (:func:`~fedleak.secagg.channel.seal_share`); the seed itself is
+        forgotten.
+        """
+        seed_words = random_elements(SECRET_WORDS, rng)
+        np.add(masked, self_mask(seed_words, plan.length, plan.dtype), out=masked)
+        me = self.node_id
+        others = [j for j in plan.peers if j != me]
+        points = [k + 1 for k, j in enumerate(plan.peers) if j != me]
+        shares = split(seed_words, threshold=plan.threshold, points=points, rng=rng)
+        del seed_words
+        sealed = b"".join(
+            seal_share(
+                channel_key(
                     shared[j], round=plan.round, group=plan.group, pair=(me, j)
-                )
-                sealed.append(
-                    seal_share(
-                        key,
-                        share.astype("<u4").tobytes(),
-                        session=self.public_key,
-                        round=plan.round,
-                        group=plan.group,
-                        sender=me,
-                        recipient=j,
-                    )
-                )
-            reply[Key.SHARES] = b"".join(sealed)
-            del seed_words, shares
-        reply[Key.MASKED] = masked.tobytes()
+                ),
+                share.astype("<u4").tobytes(),
+                session=self.public_key,
+                round=plan.round,
+                group=plan.group,
+                sender=me,
+                recipient=j,
+            )
+            for j, share in zip(others, shares, strict=True)
+        )
+        del shares
+        return sealed
+
+    def _remember(self, plan: UploadPlan, shared: Mapping[int, bytes]) -> None:
+        """Make the plan the session's pending round (its unmask stage's input)."""
         self.state.last_round = plan.round
         self.state.pending = PendingRound(
             round=plan.round,
@@ -612,7 +640,6 @@ class ClientSession:
             length=plan.length,
             modulus_bits=plan.modulus_bits,
         )
-        return reply
 
     # ------------------------------------------------------------------ unmask
     def unmask(self, request: Mapping[str, Any]) -> Record:
@@ -639,6 +666,35 @@ class ClientSession:
         ProtocolError
             If the request is malformed.
         """
+        p, online, dropped = self._check_unmask(request)
+        shared = dict(zip(p.peers, p.shared, strict=True))
+        reply: Record = {
+            Key.STAGE: Stage.UNMASK,
+            Key.SESSION: self.public_key,
+            Key.ROUND: p.round,
+            Key.GROUP: p.group,
+        }
+        if p.mode == "double-masking":
+            forwarded = get_bytes(request, Key.FORWARDED)
+            reply[Key.REVEALED] = self._reveal(p, online, forwarded, shared)
+        if dropped:
+            recovery = np.zeros(p.length, dtype=p.dtype)
+            add_pairwise_masks(
+                recovery,
+                self.node_id,
+                shared,
+                round=p.round,
+                group=p.group,
+                only=dropped,
+            )
+            reply[Key.RECOVERY] = recovery.tobytes()
+        p.unmasked = True
+        return reply
+
+    def _check_unmask(
+        self, request: Mapping[str, Any]
+    ) -> tuple[PendingRound, list[int], list[int]]:
+        """Apply the unmask guards; return the pending round, online and dropped."""
         _stage(request, Stage.UNMASK)
         self._check_session(request)
         p = self.state.pending
@@ -679,50 +735,50 @@ class ClientSession:
                 f"{len(online)} member(s) online, this client needs "
                 f"{max(self.guards.min_online, p.online_floor)}",
             )
+        return p, online, dropped
+
+    def _reveal(
+        self,
+        p: PendingRound,
+        online: list[int],
+        blob: bytes,
+        shared: Mapping[int, bytes],
+    ) -> bytes:
+        """Open the shares the online peers sealed for this client (online order).
+
+        Raises
+        ------
+        Refused
+            ``bad-unmask`` if the count is wrong, ``bad-share`` if a share
+            fails authentication or is not a vector of field elements.
+        """
         me = self.node_id
-        shared = dict(zip(p.peers, p.shared, strict=True))
-        reply: Record = {
-            Key.STAGE: Stage.UNMASK,
-            Key.SESSION: self.public_key,
-            Key.ROUND: p.round,
-            Key.GROUP: p.group,
-        }
-        if p.mode == "double-masking":
-            senders = [j for j in online if j != me]
-            blob = get_bytes(request, Key.FORWARDED)
-            if len(blob) != SEALED_SHARE_BYTES * len(senders):
-                raise Refused(
-                    Refusal.BAD_UNMASK,
-                    f"expected {len(senders)} forwarded shares, got "
-                    f"{len(blob) / SEALED_SHARE_BYTES:g}",
-                )
-            keys = dict(zip(p.peers, p.keys, strict=True))
-            revealed = []
-            for k, j in enumerate(senders):
-                sealed = blob[k * SEALED_SHARE_BYTES : (k + 1) * SEALED_SHARE_BYTES]
-                key = channel_key(shared[j], round=p.round, group=p.group, pair=(me, j))
-                try:
-                    share = open_share(
-                        key,
-                        sealed,
-                        session=keys[j],
-                        round=p.round,
-                        group=p.group,
-                        sender=j,
-                        recipient=me,
-                    )
-                except ProtocolError as err:
-                    raise Refused(Refusal.BAD_SHARE, str(err)) from None
-                words = np.frombuffer(share, dtype="<u4")
-                if words.size != SECRET_WORDS or int(words.max()) >= PRIME:
-                    raise Refused(Refusal.BAD_SHARE, f"the share from {j} is malformed")
-                revealed.append(share)
-            reply[Key.REVEALED] = b"".join(revealed)
-        if dropped:
-            recovery = np.zeros(p.length, dtype=p.dtype)
-            add_pairwise_masks(
-                recovery, me, shared, round=p.round, group=p.group, only=dropped
+        senders = [j for j in online if j != me]
+        if len(blob) != SEALED_SHARE_BYTES * len(senders):
+            raise Refused(
+                Refusal.BAD_UNMASK,
+                f"expected {len(senders)} forwarded shares, got "
+                f"{len(blob) / SEALED_SHARE_BYTES:g}",
             )
-            reply[Key.RECOVERY] = recovery.tobytes()
-        p.unmasked = True
-        return reply
+        keys = dict(zip(p.peers, p.keys, strict=True))
+        revealed = []
+        for k, j in enumerate(senders):
+            sealed = blob[k * SEALED_SHARE_BYTES : (k + 1) * SEALED_SHARE_BYTES]
+            key = channel_key(shared[j], round=p.round, group=p.group, pair=(me, j))
+            try:
+                share = open_share(
+                    key,
+                    sealed,
+                    session=keys[j],
+                    round=p.round,
+                    group=p.group,
+                    sender=j,
+                    recipient=me,
+                )
+            except ProtocolError as err:
+                raise Refused(Refusal.BAD_SHARE, str(err)) from None
+            words = np.frombuffer(share, dtype="<u4")
+            if words.size != SECRET_WORDS or int(words.max()) >= PRIME:
+                raise Refused(Refusal.BAD_SHARE, f"the share from {j} is malformed")
+            revealed.append(share)
+        return b"".join(revealed)

@@ -203,7 +203,9 @@ class FixedPoint:
         """
         return n_inputs * 0.5 / self.scale
 
-    def encode(self, x: np.ndarray, weight: float = 1.0) -> tuple[np.ndarray, int]:
+    def encode(
+        self, x: np.ndarray, weight: float = 1.0, *, out: np.ndarray | None = None
+    ) -> tuple[np.ndarray, int]:
         """Encode a real vector.
 
         Parameters
@@ -213,38 +215,74 @@ class FixedPoint:
         weight : float, optional
             Multiplier >= 0 applied after clipping (default 1); e.g. a client
             uploads ``n_k * theta_k`` for a weighted average.
+        out : numpy.ndarray, optional
+            A writable C-contiguous array of :attr:`dtype` and shape
+            ``(x.size,)`` to write the words into (e.g. a slice of a longer
+            upload vector); default a new array.
 
         Returns
         -------
         encoded : numpy.ndarray
             ``round(clip(x) * weight * scale) mod 2**modulus_bits``, shape
-            ``(x.size,)``, dtype :attr:`dtype`.
+            ``(x.size,)``, dtype :attr:`dtype` (``out`` if given).
         clipped : int
             How many entries of ``x`` lay outside ``[-clip, clip]``.
 
         Raises
         ------
         ConfigError
-            If ``x`` holds NaN or infinity, ``weight`` is invalid, or a single
-            weighted value could overflow the modulus.
+            If ``x`` holds NaN or infinity, ``weight`` is invalid, a single
+            weighted value could overflow the modulus, or ``out`` does not fit.
+
+        Notes
+        -----
+        One pass finds the range (``min`` and ``max``, which also expose NaN
+        and infinity), clipping runs only when a value lies outside it, and
+        the rounded values go straight into the signed words:
+        :meth:`check_capacity` keeps every one inside the signed range of the
+        word, so the conversion is exact and the words are the two's
+        complement of the rounded values.
         """
         w = _weight(weight, "weight")
         self.check_capacity(1, w)
         values = np.asarray(x, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(values)):
+        words = self._words(values.size, out)
+        if values.size == 0:
+            return words, 0
+        low, high = float(values.min()), float(values.max())
+        if not (math.isfinite(low) and math.isfinite(high)):
             bad = int(np.count_nonzero(~np.isfinite(values)))
             raise ConfigError(
                 f"cannot encode {bad} non-finite value(s) (NaN or infinity)."
             )
-        clipped = int(np.count_nonzero(np.abs(values) > self.clip))
-        scaled = np.clip(values, -self.clip, self.clip)
-        scaled *= w
+        clipped = 0
+        if low < -self.clip or high > self.clip:
+            clipped = int(np.count_nonzero(np.abs(values) > self.clip))
+            scaled = np.clip(values, -self.clip, self.clip)
+            scaled *= w
+        else:
+            scaled = values * w
         scaled *= self.scale
         np.rint(scaled, out=scaled)
-        ints = scaled.astype(np.int64)
-        if self.modulus_bits == 64:
-            return ints.view(np.uint64), clipped
-        return ints.astype(np.uint32), clipped
+        np.copyto(words.view(self._signed), scaled, casting="unsafe")
+        return words, clipped
+
+    def _words(self, size: int, out: np.ndarray | None) -> np.ndarray:
+        """Return ``out`` checked to hold ``size`` words, or a new array."""
+        if out is None:
+            return np.empty(size, dtype=self.dtype)
+        if (
+            not isinstance(out, np.ndarray)
+            or out.dtype != self.dtype
+            or out.shape != (size,)
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ConfigError(
+                f"out must be a writable C-contiguous {self.dtype} array of shape "
+                f"({size},)."
+            )
+        return out
 
     def decode(self, total: np.ndarray) -> np.ndarray:
         """Decode a modular sum of encoded vectors.

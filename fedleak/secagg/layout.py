@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fedleak.errors import ProtocolError
+from fedleak.errors import ConfigError, ProtocolError
 
 __all__ = ["RAW_SLOTS", "VectorLayout", "to_signed"]
 
@@ -88,7 +88,11 @@ class VectorLayout:
         return self.fixed_length + len(RAW_SLOTS)
 
     def flatten(
-        self, arrays: Mapping[str, np.ndarray], *, fill_missing: bool
+        self,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        fill_missing: bool,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Concatenate ``arrays`` in layout order as float64.
 
@@ -99,31 +103,43 @@ class VectorLayout:
         fill_missing : bool
             Treat an absent array as zeros (right for gradient sums) instead
             of failing (models must be complete).
+        out : numpy.ndarray, optional
+            A writable float64 array of shape ``(model_length,)`` to write
+            into (e.g. the head of a longer vector); default a new one.
 
         Raises
         ------
         ProtocolError
             On an unknown name, a wrong shape, or a missing array when
             ``fill_missing`` is False.
+        ConfigError
+            If ``out`` does not fit.
         """
         unknown = sorted(set(arrays) - set(self.names))
         if unknown:
             raise ProtocolError(
                 f"reply holds arrays the server did not send: {unknown}"
             )
-        out = np.zeros(self.model_length, dtype=np.float64)
+        if out is None:
+            out = np.empty(self.model_length, dtype=np.float64)
+        elif out.dtype != np.float64 or out.shape != (self.model_length,):
+            raise ConfigError(
+                f"out must be float64 of shape ({self.model_length},), got "
+                f"{out.dtype} {out.shape}"
+            )
         start = 0
         for name, shape, size in zip(self.names, self.shapes, self.sizes, strict=True):
             value = arrays.get(name)
             if value is None:
                 if not fill_missing:
                     raise ProtocolError(f"reply lacks array {name!r}")
+                out[start : start + size] = 0.0
             else:
                 if tuple(value.shape) != shape:
                     raise ProtocolError(
                         f"array {name!r} has shape {value.shape}, expected {shape}"
                     )
-                out[start : start + size] = np.asarray(value, dtype=np.float64).ravel()
+                out[start : start + size] = np.ravel(value)
             start += size
         return out
 
