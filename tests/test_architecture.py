@@ -46,16 +46,6 @@ FLOWER_ALLOWED = frozenset({"strategies", "clients", "runtime", "experiments", "
 #: docstring included (``end_lineno - lineno + 1``; decorators not counted).
 MAX_FUNCTION_LINES = 100
 
-#: Functions allowed over the limit for now, as ``path:qualified name``.
-#: Temporary: split in the secure-aggregation work.
-LONG_FUNCTIONS_ALLOWED = frozenset(
-    {
-        "fedleak/secagg/client.py:ClientSession.upload",
-        "fedleak/secagg/client.py:ClientSession.unmask",
-        "fedleak/bench/secagg.py:run_secagg_bench",
-    }
-)
-
 
 @dataclass(frozen=True)
 class Import:
@@ -239,20 +229,11 @@ def test_architecture_md_maps_every_package():
 
 
 def test_no_function_is_longer_than_the_limit():
-    too_long = [
-        str(f) for f in long_functions(ROOT) if f.key not in LONG_FUNCTIONS_ALLOWED
-    ]
+    too_long = [str(f) for f in long_functions(ROOT)]
     assert not too_long, (
         f"split these into helpers of at most {MAX_FUNCTION_LINES} lines:\n"
         + "\n".join(too_long)
     )
-
-
-def test_the_allow_list_names_only_functions_still_too_long():
-    """An allowed function that was split (or renamed) leaves the list."""
-    still_long = {f.key for f in long_functions(ROOT)}
-    stale = sorted(LONG_FUNCTIONS_ALLOWED - still_long)
-    assert not stale, f"remove from LONG_FUNCTIONS_ALLOWED: {stale}"
 
 
 # ------------------------------------------------- the checker catches breaks
