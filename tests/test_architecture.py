@@ -243,7 +243,7 @@ def test_no_function_is_longer_than_the_limit():
         str(f) for f in long_functions(ROOT) if f.key not in LONG_FUNCTIONS_ALLOWED
     ]
     assert not too_long, (
-        f"split these into helpers of at most {MAX_FUNCTION_LINES} lines:\n"
+        f"split these into functions of at most {MAX_FUNCTION_LINES} lines:\n"
         + "\n".join(too_long)
     )
 
