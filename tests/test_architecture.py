@@ -231,7 +231,7 @@ def test_architecture_md_maps_every_package():
 def test_no_function_is_longer_than_the_limit():
     too_long = [str(f) for f in long_functions(ROOT)]
     assert not too_long, (
-        f"split these into helpers of at most {MAX_FUNCTION_LINES} lines:\n"
+        f"split these into functions of at most {MAX_FUNCTION_LINES} lines:\n"
         + "\n".join(too_long)
     )
 

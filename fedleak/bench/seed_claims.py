@@ -154,6 +154,24 @@ def _property_scale(record: Mapping[str, Any]) -> str:
     return f"{rounds}/{seed} it. = {rounds / seed:.2f}{note}"
 
 
+def _property_finding(
+    measured: str,
+    runs: Sequence[Mapping[str, Any]],
+    scale: str,
+    verdict: Verdict,
+    reason: str,
+) -> Finding:
+    """Return a property-inference finding, its verdict gated by the runs' utility.
+
+    The runs' test accuracies are reported (with their plateau) and cap a
+    ``reproduced`` verdict at ``partly`` when the model is undertrained
+    (:func:`_gate`).
+    """
+    accs = _accuracies(runs, "test_accuracy")
+    verdict, reason = _gate(verdict, reason, accs)
+    return Finding(measured, _utility(accs) + _plateau(runs), scale, verdict, reason)
+
+
 def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
     """Hanley and McNeil's (1982) standard error of a ROC AUC."""
     q1 = auc / (2.0 - auc)
@@ -196,11 +214,9 @@ def _fig_7_4(records: Records) -> Finding:
         verdict, reason = "partly", "AUC rises overall but not monotonically"
     else:
         verdict, reason = "not reproduced", "AUC does not rise with the fraction"
-    accs = _accuracies(runs, "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
-    return Finding(
+    return _property_finding(
         f"AUC {_series(aucs)} at fraction {_series(fractions, 1)}",
-        _utility(accs) + _plateau(runs),
+        runs,
         _property_scale(rec),
         verdict,
         reason,
@@ -232,17 +248,15 @@ def _fig_7_5(records: Records) -> Finding:
         )
     else:
         verdict, reason = "not reproduced", "window not visible in the scores"
-    accs = _accuracies(rec["runs"], "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
     absent_text = (
         f"; absent property {_f(absent_scores['median_score'], 2)}"
         if absent_scores is not None
         else ""
     )
-    return Finding(
+    return _property_finding(
         f"AUC {_f(auc)}; median score inside / outside {_f(inside, 2)} / "
         f"{_f(outside, 2)}{absent_text}",
-        _utility(accs) + _plateau(rec["runs"]),
+        rec["runs"],
         _property_scale(rec),
         verdict,
         reason,
@@ -279,11 +293,9 @@ def _fig_7_6(records: Records) -> Finding:
     else:
         verdict = "not reproduced"
         reason = f"no alpha beats the passive attack by 2 SE = {_f(2 * rise_se)}"
-    accs = _accuracies(runs, "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
-    return Finding(
+    return _property_finding(
         f"AUC {_series(aucs)} at alpha {_series(alphas, 1)}",
-        _utility(accs) + _plateau(runs),
+        runs,
         _property_scale(rec),
         verdict,
         reason,
@@ -308,11 +320,9 @@ def _fig_7_7(records: Records) -> Finding:
         verdict, reason = "partly", "AUC degrades overall, not monotonically"
     else:
         verdict, reason = "not reproduced", "AUC does not degrade with K"
-    accs = _accuracies(runs, "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
-    return Finding(
+    return _property_finding(
         f"AUC {_series(aucs)} at K {' / '.join(map(str, ks))}",
-        _utility(accs) + _plateau(runs),
+        runs,
         _property_scale(rec) + f"; K <= {ks[-1]} vs 30",
         verdict,
         reason,
@@ -331,11 +341,9 @@ def _fig_7_8(records: Records) -> Finding:
         reason = "separated at one K only; the trials overlap at the other"
     else:
         verdict, reason = "not reproduced", "property and control trials overlap"
-    accs = _accuracies(rec["runs"], "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
-    return Finding(
+    return _property_finding(
         f"trial AUC K=3 {_f(k3, 2)}, K=5 {_f(k5, 2)} ({s['trials']} trials per arm)",
-        _utility(accs) + _plateau(rec["runs"]),
+        rec["runs"],
         _property_scale(rec),
         verdict,
         reason,
@@ -358,11 +366,9 @@ def _fig_7_9(records: Records) -> Finding:
             reason += "; the late joiner is a zero update inside K = 3"
     else:
         verdict, reason = "not reproduced", "no rise in scores after the join"
-    accs = _accuracies(rec["runs"], "test_accuracy")
-    verdict, reason = _gate(verdict, reason, accs)
-    return Finding(
+    return _property_finding(
         f"median score before / after join {_f(before, 2)} / {_f(after, 2)}",
-        _utility(accs) + _plateau(rec["runs"]),
+        rec["runs"],
         _property_scale(rec),
         verdict,
         reason,
@@ -379,18 +385,15 @@ def _table_7_3(records: Records) -> Finding:
         *records["property-two-party"]["runs"],
         *records["property-two-party-others"]["runs"],
     ]
-    accs = _accuracies(runs, "test_accuracy")
     verdict: Verdict = "reproduced" if low >= 0.9 else "partly"
     reason = (
         "every property >= 0.9, as the seed's 0.91-1.0"
         if low >= 0.9
         else f"lowest AUC {_f(low)} < 0.9"
     )
-    verdict, reason = _gate(verdict, reason, accs)
-    text = ", ".join(f"{k} {_f(v)}" for k, v in sorted(aucs.items()))
-    return Finding(
-        text,
-        _utility(accs) + _plateau(runs),
+    return _property_finding(
+        ", ".join(f"{k} {_f(v)}" for k, v in sorted(aucs.items())),
+        runs,
         _property_scale(records["property-two-party"]),
         verdict,
         reason,
