@@ -284,13 +284,13 @@ def _run(
         )
     config = _run_config(config_path, overrides, resume)
     from .experiments.runner import check_ray, preflight
-    from .experiments.server import make_run_dir
     from .runtime.lifecycle import RunControl
+    from .runtime.run_dir import make_run_dir
 
     preflight(config)
     check_ray(config, ray_address)
     if resume is None:
-        out = make_run_dir(config, out)
+        out = make_run_dir(config.name, out)
     started = time.perf_counter()
     control = RunControl()
     outcome = _run_watched(config, out, resume, ray_address, verbose, control)

@@ -353,10 +353,11 @@ def _simulate_quickstart(rounds: int, fast: bool, verbose: bool, work: Path) -> 
 
 
 def _essential_quickstart(rounds: int, work: Path, verbose: bool) -> Any:
-    from fedleak.experiments.server import finish_run, make_run_dir
+    from fedleak.experiments.server import finish_run
+    from fedleak.runtime.run_dir import make_run_dir
 
     config = _quickstart_config(rounds, "fedleak")
-    run_dir = make_run_dir(config, work / f"quickstart-essential-{time.time_ns()}")
+    run_dir = make_run_dir(config.name, work / f"quickstart-essential-{time.time_ns()}")
     recorder = RunRecorder(config, run_dir)
     grid = InProcessGrid(make_experiment_client_app(), config.federation.num_clients)
     result = _in_process(lambda: run_federation(grid, config, recorder), verbose)

@@ -48,10 +48,11 @@ from fedleak.runtime.engine import (
     install_engine,
     keep_freed_memory,
 )
+from fedleak.runtime.run_dir import make_run_dir, write_config
 
 from .config import load_config
 from .runner import make_experiment_client_app, preflight
-from .server import RunRecorder, finish_run, make_run_dir, run_federation, write_config
+from .server import RunRecorder, finish_run, run_federation
 
 __all__ = ["app", "app_dir_of", "client_app", "resolve_config_path"]
 
@@ -125,7 +126,7 @@ def main(grid: Grid, context: Context) -> None:
     config = load_config(resolve_config_path(name, app_dir_of(grid)), overrides)
     preflight(config)
     out = str(run_config.get("out", "")) or None
-    run_dir = make_run_dir(config, out)
+    run_dir = make_run_dir(config.name, out)
     write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir)
     federation = config.federation

@@ -46,17 +46,11 @@ from fedleak.runtime.lifecycle import (
     keep_signals_from_ray,
 )
 from fedleak.runtime.logs import quiet_flower
+from fedleak.runtime.run_dir import make_run_dir, write_config
 from fedleak.task import TaskSpec, training_pool
 
 from .config import ExperimentConfig, load_config
-from .server import (
-    RoundCallback,
-    RunRecorder,
-    finish_run,
-    make_run_dir,
-    run_federation,
-    write_config,
-)
+from .server import RoundCallback, RunRecorder, finish_run, run_federation
 
 __all__ = [
     "RunOutcome",
@@ -239,7 +233,7 @@ def run_experiment(
     """
     preflight(config)
     check_ray(config, ray_address)
-    run_dir = make_run_dir(config, out, base)
+    run_dir = make_run_dir(config.name, out, base)
     write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir, on_round)
     return _simulate_and_finish(

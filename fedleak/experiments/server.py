@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
@@ -40,14 +39,12 @@ from flwr.serverapp.strategy import (
 
 import fedleak
 from fedleak.defenses import NOISE_SEED_KEY
-from fedleak.errors import ConfigError
 from fedleak.files import append_jsonl, write_atomic, write_json_atomic
 from fedleak.runtime.checkpoint import (
     Checkpoint,
     ClientStates,
+    RoundCheckpoints,
     restore_strategy_state,
-    save_checkpoint,
-    strategy_state,
 )
 from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
@@ -73,11 +70,9 @@ __all__ = [
     "build_strategy",
     "finish_run",
     "initial_arrays",
-    "make_run_dir",
     "num_sampled",
     "run_federation",
     "timing_summary",
-    "write_config",
 ]
 
 RoundCallback = Callable[[int, dict[str, Any]], None]
@@ -309,11 +304,6 @@ class RunRecorder:
         return MetricRecord(metrics) if metrics else None
 
 
-def _due(server_round: int, config: ExperimentConfig) -> bool:
-    every = config.federation.checkpoint_every
-    return server_round == config.rounds or (every > 0 and server_round % every == 0)
-
-
 def _engine_grid(
     grid: Grid, config: ExperimentConfig, control: RunControl | None
 ) -> EngineGrid:
@@ -435,72 +425,6 @@ class _RoundExchanges:
         return model
 
 
-class _Checkpoints:
-    """Snapshots every finished round, writes those due and, on a stop, the last.
-
-    A snapshot holds the model as an ``ArrayRecord`` (converted to arrays only
-    when written), the clients' metrics so far, the strategy's state, the
-    noise stream's state and the simulated clients' states
-    (:mod:`fedleak.runtime.checkpoint`).
-    """
-
-    def __init__(
-        self,
-        config: ExperimentConfig,
-        recorder: RunRecorder,
-        strategy: Strategy,
-        noise: NoiseStream,
-        clients: ClientStates | None,
-        saved_round: int,
-    ) -> None:
-        self.config = config
-        self.recorder = recorder
-        self.strategy = strategy
-        self.noise = noise
-        self.clients = clients
-        self.saved_round = saved_round
-        self.pending: tuple[Checkpoint, ArrayRecord] | None = None
-
-    def after_round(
-        self, server_round: int, model: ArrayRecord, result: Result
-    ) -> None:
-        """Snapshot round ``server_round``; write it if ``checkpoint_every`` says so."""
-        self.pending = self._snapshot(server_round, model, result), model
-        if _due(server_round, self.config):
-            self._write(self.pending)
-            self.saved_round = server_round
-
-    def after_stop(self) -> None:
-        """Write the last round's snapshot if the run stopped before it was written."""
-        recorder = self.recorder
-        if self.pending is not None and self.saved_round < recorder.completed_round:
-            self._write(self.pending)
-
-    def _snapshot(
-        self, server_round: int, model: ArrayRecord, result: Result
-    ) -> Checkpoint:
-        return Checkpoint(
-            round=server_round,
-            arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
-            train_metrics={
-                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
-            },
-            evaluate_metrics={
-                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
-            },
-            strategy=strategy_state(self.strategy),
-            noise_state=self.noise.to_json(),
-            clients=self.clients.snapshot() if self.clients is not None else {},
-        )
-
-    def _write(self, pending: tuple[Checkpoint, ArrayRecord]) -> None:
-        checkpoint, model = pending
-        if self.recorder.run_dir is None:
-            return
-        checkpoint.arrays = {k: v.numpy() for k, v in model.items()}
-        save_checkpoint(self.recorder.run_dir, checkpoint)
-
-
 def run_federation(
     grid: Grid,
     config: ExperimentConfig,
@@ -557,7 +481,15 @@ def run_federation(
     )
     result = Result()
     arrays, first = _starting_point(config, strategy, noise, recorder, result, resume)
-    checkpoints = _Checkpoints(config, recorder, strategy, noise, clients, first - 1)
+    checkpoints = RoundCheckpoints(
+        recorder.run_dir,
+        config.federation.checkpoint_every,
+        config.rounds,
+        strategy,
+        noise,
+        clients,
+        first - 1,
+    )
     with native_threads(config.federation.server_threads):
         try:
             if first == 1:
@@ -574,67 +506,10 @@ def run_federation(
             pass  # the round in progress is abandoned; its rows were not written
     stopped = recorder.completed_round < config.rounds
     if stopped:
-        checkpoints.after_stop()
+        checkpoints.after_stop(recorder.completed_round)
     recorder.status = "interrupted" if stopped else "completed"
     result.arrays = arrays
     return result
-
-
-def make_run_dir(
-    config: ExperimentConfig, out: str | Path | None, base: str | Path = "runs"
-) -> Path:
-    """Create the run directory: ``out`` or ``<base>/<name>/<timestamp>``.
-
-    Raises
-    ------
-    fedleak.errors.ConfigError
-        If ``out`` already holds a run (use ``fedleak run --resume``), is a
-        file, lies below a file, or cannot be created or written.
-    """
-    if out is not None:
-        path = Path(out)
-        if path.exists() and not path.is_dir():
-            raise ConfigError(
-                f"run folder {path} (--out): a file, not a folder; choose a folder"
-            )
-        if any((path / name).exists() for name in ("results.json", "rounds.jsonl")):
-            raise ConfigError(
-                f"{path} already holds a run (results.json or rounds.jsonl); "
-                "choose another --out folder so nothing is overwritten, or go on "
-                f"with fedleak run --resume {path}"
-            )
-    else:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        path = Path(base) / config.name / stamp
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".fedleak-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        if isinstance(err, FileExistsError | NotADirectoryError):
-            reason = "a part of the path is a file, not a folder"
-        raise ConfigError(
-            f"run folder {path} (--out): cannot create it ({reason})"
-        ) from None
-    return path
-
-
-def _without_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    return value
-
-
-def write_config(path: Path, config: ExperimentConfig) -> None:
-    """Write the resolved experiment as TOML, atomically (unset keys left out)."""
-    text = tomli_w.dumps(_without_none(config.model_dump(mode="json")))
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
-
-    write_atomic(path, write)
 
 
 def timing_summary(recorder: RunRecorder) -> dict[str, Any]:

@@ -25,13 +25,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import Result, Strategy
 
 from fedleak.errors import ConfigError
 from fedleak.files import write_atomic
@@ -40,6 +40,7 @@ __all__ = [
     "CHECKPOINT_NAME",
     "Checkpoint",
     "ClientStates",
+    "RoundCheckpoints",
     "capture_client_states",
     "load_checkpoint",
     "restore_strategy_state",
@@ -257,3 +258,96 @@ def capture_client_states(clients: ClientStates) -> Iterator[None]:
         yield
     finally:
         vce_api._register_node_info_stores = original
+
+
+class _NoiseState(Protocol):
+    def to_json(self) -> dict[str, Any] | None: ...
+
+
+def _plain(record: MetricRecord | None) -> dict[str, Any]:
+    return {} if record is None else {k: v for k, v in record.items()}
+
+
+class RoundCheckpoints:
+    """Snapshots every finished round, writes those due and, on a stop, the last.
+
+    A snapshot holds the model as an ``ArrayRecord`` (converted to arrays only
+    when written), the clients' metrics so far, the strategy's state, the
+    noise stream's state and the simulated clients' states. A round is due
+    every ``every`` rounds (0: never) and at ``last_round``.
+
+    Parameters
+    ----------
+    run_dir : Path or None
+        Where ``checkpoint.npz`` goes (None: nothing is written).
+    every, last_round : int
+        The run's ``checkpoint_every`` and its number of rounds.
+    strategy, noise, clients
+        Whose states each snapshot holds (``clients`` None: no client states).
+    saved_round : int
+        The last round already on disk (the resumed one, or 0).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path | None,
+        every: int,
+        last_round: int,
+        strategy: Strategy,
+        noise: _NoiseState,
+        clients: ClientStates | None,
+        saved_round: int,
+    ) -> None:
+        self.run_dir = run_dir
+        self.every = every
+        self.last_round = last_round
+        self.strategy = strategy
+        self.noise = noise
+        self.clients = clients
+        self.saved_round = saved_round
+        self.pending: tuple[Checkpoint, ArrayRecord] | None = None
+
+    def due(self, server_round: int) -> bool:
+        """Whether round ``server_round`` is written when it finishes."""
+        every = self.every
+        return server_round == self.last_round or (
+            every > 0 and server_round % every == 0
+        )
+
+    def after_round(
+        self, server_round: int, model: ArrayRecord, result: Result
+    ) -> None:
+        """Snapshot round ``server_round``; write it if it is due."""
+        self.pending = self._snapshot(server_round, model, result), model
+        if self.due(server_round):
+            self._write(self.pending)
+            self.saved_round = server_round
+
+    def after_stop(self, completed_round: int) -> None:
+        """Write the last finished round's snapshot if it is not on disk yet."""
+        if self.pending is not None and self.saved_round < completed_round:
+            self._write(self.pending)
+
+    def _snapshot(
+        self, server_round: int, model: ArrayRecord, result: Result
+    ) -> Checkpoint:
+        return Checkpoint(
+            round=server_round,
+            arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
+            train_metrics={
+                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
+            },
+            evaluate_metrics={
+                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
+            },
+            strategy=strategy_state(self.strategy),
+            noise_state=self.noise.to_json(),
+            clients=self.clients.snapshot() if self.clients is not None else {},
+        )
+
+    def _write(self, pending: tuple[Checkpoint, ArrayRecord]) -> None:
+        checkpoint, model = pending
+        if self.run_dir is None:
+            return
+        checkpoint.arrays = {k: v.numpy() for k, v in model.items()}
+        save_checkpoint(self.run_dir, checkpoint)
