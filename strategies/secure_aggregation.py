@@ -770,31 +770,38 @@ class SecureAggregation(Strategy):
 
     # -------------------------------------------------------------- aggregation
     def _unmask(self, state: _Round, group_id: str) -> None:
+        """Run the unmask stage: each group's quorum, then the rest if needed.
+
+        A double-masked group in which nobody dropped asks only ``t + 1`` of
+        its members and a spare (:meth:`AggregationRound.unmask_quorum`); a
+        second exchange asks the others only when too few of them answered
+        (:meth:`AggregationRound.unmask_shortfall`).
+        """
         assert self._grid is not None
         aggregation = state.aggregation
-        requests = aggregation.unmask_requests()
-        if not requests:
-            return
-        state.exchanges += 1
-        replies, failures = exchange_records(
-            self._grid,
-            requests,
-            message_type="train",
-            timeout=self.timeout,
-            group_id=group_id,
-        )
-        for node, reason in failures.items():
-            log(
-                WARNING,
-                "secure aggregation: node %d failed the unmask stage: %s",
-                node,
-                reason,
+        requests = aggregation.unmask_quorum()
+        while requests:
+            state.exchanges += 1
+            replies, failures = exchange_records(
+                self._grid,
+                requests,
+                message_type="train",
+                timeout=self.timeout,
+                group_id=group_id,
             )
-        for node, reply in replies.items():
-            try:
-                aggregation.add_unmask(node, reply)
-            except ProtocolError as err:
-                log(WARNING, "secure aggregation: %s", err)
+            for node, reason in failures.items():
+                log(
+                    WARNING,
+                    "secure aggregation: node %d failed the unmask stage: %s",
+                    node,
+                    reason,
+                )
+            for node, reply in replies.items():
+                try:
+                    aggregation.add_unmask(node, reply)
+                except ProtocolError as err:
+                    log(WARNING, "secure aggregation: %s", err)
+            requests = aggregation.unmask_shortfall()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
