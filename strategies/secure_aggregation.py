@@ -14,8 +14,10 @@ engine (:class:`~fedleak.secagg.server.ServerSession`) through the Grid:
    mod replies with only the masked vector (and, double masking, the sealed
    self-mask shares).
 3. **Unmask** (double masking: every round; thesis mode: only when members
-   of a group dropped): the online members reveal the self-mask shares of
-   online peers and the masks shared with dropped ones.
+   of a group dropped): online members reveal the self-mask shares of
+   online peers and the masks shared with dropped ones. Where nobody
+   dropped, only ``t + 1`` members and a spare are asked (any ``t + 1``
+   revealers rebuild every seed); the others only if too few answer.
 
 The server decodes the groups' sums, adds them in the clear, and hands the
 inner strategy a single reply that stands for all contributors: the sum of
@@ -26,7 +28,8 @@ trimmed mean, Bulyan, q-FedAvg, XGBoost bagging, server-side DP clipping)
 are refused.
 
 Exchanges per round: 1 (thesis) or 2 (double masking), plus 1 when nodes
-need a session and 1 in thesis mode when members dropped; Flower's
+need a session, 1 in thesis mode when members dropped, and 1 in double
+masking when more than the spare of those asked to unmask fail; Flower's
 SecAgg+ uses 4.
 """
 
