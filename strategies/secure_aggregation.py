@@ -14,8 +14,10 @@ engine (:class:`~fedleak.secagg.server.ServerSession`) through the Grid:
    mod replies with only the masked vector (and, double masking, the sealed
    self-mask shares).
 3. **Unmask** (double masking: every round; thesis mode: only when members
-   of a group dropped): the online members reveal the self-mask shares of
-   online peers and the masks shared with dropped ones.
+   of a group dropped): online members reveal the self-mask shares of
+   online peers and the masks shared with dropped ones. Where nobody
+   dropped, only ``t + 1`` members and a spare are asked (any ``t + 1``
+   revealers rebuild every seed); the others only if too few answer.
 
 The server decodes the groups' sums, adds them in the clear, and hands the
 inner strategy a single reply that stands for all contributors: the sum of
@@ -26,7 +28,8 @@ trimmed mean, Bulyan, q-FedAvg, XGBoost bagging, server-side DP clipping)
 are refused.
 
 Exchanges per round: 1 (thesis) or 2 (double masking), plus 1 when nodes
-need a session and 1 in thesis mode when members dropped; Flower's
+need a session, 1 in thesis mode when members dropped, and 1 in double
+masking when more than the spare of those asked to unmask fail; Flower's
 SecAgg+ uses 4.
 """
 
@@ -770,31 +773,38 @@ class SecureAggregation(Strategy):
 
     # -------------------------------------------------------------- aggregation
     def _unmask(self, state: _Round, group_id: str) -> None:
+        """Run the unmask stage: each group's quorum, then the rest if needed.
+
+        A double-masked group in which nobody dropped asks only ``t + 1`` of
+        its members and a spare (:meth:`AggregationRound.unmask_quorum`); a
+        second exchange asks the others only when too few of them answered
+        (:meth:`AggregationRound.unmask_shortfall`).
+        """
         assert self._grid is not None
         aggregation = state.aggregation
-        requests = aggregation.unmask_requests()
-        if not requests:
-            return
-        state.exchanges += 1
-        replies, failures = exchange_records(
-            self._grid,
-            requests,
-            message_type="train",
-            timeout=self.timeout,
-            group_id=group_id,
-        )
-        for node, reason in failures.items():
-            log(
-                WARNING,
-                "secure aggregation: node %d failed the unmask stage: %s",
-                node,
-                reason,
+        requests = aggregation.unmask_quorum()
+        while requests:
+            state.exchanges += 1
+            replies, failures = exchange_records(
+                self._grid,
+                requests,
+                message_type="train",
+                timeout=self.timeout,
+                group_id=group_id,
             )
-        for node, reply in replies.items():
-            try:
-                aggregation.add_unmask(node, reply)
-            except ProtocolError as err:
-                log(WARNING, "secure aggregation: %s", err)
+            for node, reason in failures.items():
+                log(
+                    WARNING,
+                    "secure aggregation: node %d failed the unmask stage: %s",
+                    node,
+                    reason,
+                )
+            for node, reply in replies.items():
+                try:
+                    aggregation.add_unmask(node, reply)
+                except ProtocolError as err:
+                    log(WARNING, "secure aggregation: %s", err)
+            requests = aggregation.unmask_shortfall()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

@@ -16,6 +16,9 @@ Flower strategies, the in-process runner, the adversary) only move records:
    always in double-masking mode, only for groups with dropouts in thesis
    mode. The request for member ``p`` names ``U`` and the dropped set and
    forwards the shares sealed for ``p`` by the other members of ``U``.
+   :meth:`~AggregationRound.unmask_quorum` asks only the members a group
+   needs (``t + 1`` and a spare when nobody dropped), and
+   :meth:`~AggregationRound.unmask_shortfall` the others if too few answer.
 5. :meth:`~AggregationRound.finish` returns each group's sum of encoded
    inputs: ``sum_U y_i - sum_U k'_i - sum_U PRG(b_i)``, where every ``b_i``
    is rebuilt from ``t`` revealed shares with one set of Lagrange
@@ -37,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ProtocolError
+from ..errors import ConfigError, ProtocolError
 from .client import SEALED_SHARE_BYTES, SHARE_BYTES, Refused, refusal_of
 from .constants import Key, Stage
 from .keys import KEY_BYTES
@@ -48,6 +51,7 @@ from .shamir import PRIME, SECRET_WORDS, combine_many, lagrange_at_zero
 from .tally import GroupTally, InsufficientParticipants
 
 __all__ = [
+    "UNMASK_SPARE",
     "AggregationRound",
     "GroupOutcome",
     "RoundResult",
@@ -55,6 +59,10 @@ __all__ = [
 ]
 
 _ID_BYTES = 8
+#: Members asked at the unmask stage beyond the ``t + 1`` a group needs
+#: (:meth:`AggregationRound.unmask_quorum`): one may fail without costing a
+#: second exchange.
+UNMASK_SPARE = 1
 _P = np.uint64(PRIME)
 
 
@@ -176,6 +184,7 @@ class _Group:
         )
         self.sealed: dict[int, bytes] = {}
         self.revealed: dict[int, bytes] = {}
+        self.asked: set[int] = set()
         self.online: list[int] = []
         self.dropped: list[int] = []
         self.failure: str | None = None
@@ -190,6 +199,21 @@ class _Group:
 
     def needs_unmask(self) -> bool:
         return self.failure is None and (self.double or bool(self.dropped))
+
+    def quorum(self, spare: int) -> list[int]:
+        """Return the online members to ask first at the unmask stage (sorted).
+
+        Any ``t + 1`` revealers give every online member's seed ``t`` shares
+        besides its own; recoveries, where members dropped, are needed from
+        every online member.
+        """
+        if not self.double or self.dropped:
+            return list(self.online)
+        return self.online[: self.threshold + 1 + spare]
+
+    def short_of_revealers(self) -> bool:
+        """Whether too few members revealed shares to rebuild every seed."""
+        return self.double and len(self.revealed) < self.threshold + 1
 
     def self_masks(self, length: int, dtype: np.dtype) -> np.ndarray:
         """Rebuild every online member's self-mask seed and return their sum."""
@@ -431,6 +455,7 @@ class AggregationRound:
             Key.ONLINE: pack_ids(group.online),
             Key.DROPPED: pack_ids(group.dropped),
         }
+        group.asked.add(node)
         self._count(self.bytes_down, "online-set", _ID_BYTES * len(group.members))
         if group.double:
             forwarded = b"".join(
@@ -449,6 +474,56 @@ class AggregationRound:
             for group in self.groups
             if group.needs_unmask()
             for node in group.online
+        }
+
+    def unmask_quorum(self, spare: int = UNMASK_SPARE) -> dict[int, Record]:
+        """Return unmask requests for the members each group needs, and spares.
+
+        A double-masked group in which nobody dropped needs the shares of
+        ``t + 1`` revealers only: with them every online member's self-mask
+        seed has ``t`` shares besides its own (Bonawitz et al. 2017: the
+        server needs ``t`` shares per seed). So only its first ``t + 1 +
+        spare`` online members (by id) are asked; the others reveal nothing
+        this round. Where members dropped, every online member's recovery is
+        needed and every one is asked (thesis mode: only then). If too few of
+        those asked answer, :meth:`unmask_shortfall` asks the rest.
+
+        Parameters
+        ----------
+        spare : int, default=UNMASK_SPARE
+            Members asked beyond ``t + 1``: how many may fail the stage
+            before a second exchange is needed.
+
+        Raises
+        ------
+        ConfigError
+            If ``spare`` is not an integer >= 0.
+        """
+        if isinstance(spare, bool) or not isinstance(spare, int) or spare < 0:
+            raise ConfigError(f"spare must be an integer >= 0, got {spare!r}")
+        if not self._closed:
+            self.close()
+        return {
+            node: self.unmask_request(node)
+            for group in self.groups
+            if group.needs_unmask()
+            for node in group.quorum(spare)
+        }
+
+    def unmask_shortfall(self) -> dict[int, Record]:
+        """Return unmask requests for the members of short groups not asked yet.
+
+        A group is short while fewer than ``t + 1`` of its members revealed
+        shares. Empty when every group can be unmasked, or everyone was asked.
+        """
+        if not self._closed:
+            self.close()
+        return {
+            node: self.unmask_request(node)
+            for group in self.groups
+            if group.needs_unmask() and group.short_of_revealers()
+            for node in group.online
+            if node not in group.asked
         }
 
     def add_unmask(self, node: int, reply: Mapping[str, Any]) -> None:
