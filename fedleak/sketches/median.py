@@ -112,10 +112,11 @@ def value_keys(values: npt.ArrayLike) -> np.ndarray:
     A fixed, public mixing of the integers; distinct values of a range of a
     few thousand collide with probability about ``n**2 / 2**32``.
     """
-    z = np.asarray(values).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
+    with np.errstate(over="ignore"):  # arithmetic mod 2**64, as SplitMix64's
+        z = np.asarray(values).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
     return (z % np.uint64(MERSENNE_PRIME)).astype(np.int64)
 
 
