@@ -155,7 +155,8 @@ def noisy_lloyd(
     rng : numpy.random.Generator, int or None
         Seed of the noise.
     secure_mode : bool
-        OS-CSPRNG noise.
+        OS-CSPRNG noise (``rng`` must then be ``None``: a seed is refused
+        with :class:`~fedleak.errors.ConfigError` at the first draw).
 
     Returns
     -------
