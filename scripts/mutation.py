@@ -105,7 +105,16 @@ def _enter(name: str) -> None:
     os.chdir(work)
 
 
+#: mutmut forks one worker per mutant after running the tests in its own
+#: process; an OpenMP/MKL thread pool started there (torch's) is not usable in
+#: a forked child and its first parallel operation hangs until the timeout.
+#: One thread per process avoids the pool (workers run one at a time anyway).
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _mutmut(args: list[str]) -> None:
+    for name, value in SINGLE_THREAD.items():
+        os.environ.setdefault(name, value)
     from mutmut.__main__ import cli
 
     try:

@@ -155,7 +155,8 @@ def noisy_lloyd(
     rng : numpy.random.Generator, int or None
         Seed of the noise.
     secure_mode : bool
-        OS-CSPRNG noise.
+        OS-CSPRNG noise (``rng`` must then be ``None``: a seed is refused
+        with :class:`~fedleak.errors.ConfigError` at the first draw).
 
     Returns
     -------
@@ -165,7 +166,8 @@ def noisy_lloyd(
         sizes are exact counts and the centres the start when
         ``iterations == 0``).
     """
-    generator = None if secure_mode else check_rng(rng)
+    # in secure mode the seed goes to noise_normal, which refuses one
+    generator = rng if secure_mode else check_rng(rng)
     centers = np.array(init_centers, dtype=np.float64, copy=True)
     k, dim = centers.shape
     if features.ndim != 2 or features.shape[1] != dim:
