@@ -325,7 +325,11 @@ def run(
         ),
     ] = None,
     ray_address: Annotated[
-        str | None, typer.Option("--ray-address", help="Use an existing Ray cluster.")
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Use an existing Ray cluster (default: $RAY_ADDRESS, else local).",
+        ),
     ] = None,
     verbose: VerboseOption = False,
 ) -> None:

@@ -60,6 +60,7 @@ def test_three_clients_two_rounds(tmp_path, strategy):
     assert "net.1.weight" in model
 
 
+@pytest.mark.in_default_run
 def test_same_seed_same_numbers(tmp_path):
     raw = tiny("sync-sgd", rounds=3)
     first = run(raw, tmp_path / "a")
@@ -68,7 +69,10 @@ def test_same_seed_same_numbers(tmp_path):
     assert first["final"] == second["final"]
 
 
-@pytest.mark.parametrize("strategy", ["sync-sgd", "model-averaging"])
+@pytest.mark.parametrize(
+    "strategy",
+    [pytest.param("sync-sgd", marks=pytest.mark.in_default_run), "model-averaging"],
+)
 def test_the_fast_engine_changes_no_result(tmp_path, strategy):
     """Same seed, same numbers with fedleak's engine and with Flower's polling."""
     fast = run(tiny(strategy, rounds=3), tmp_path / "fast")

@@ -71,6 +71,7 @@ def test_secure_runs_give_the_plain_model_to_fixed_point_precision(
         assert np.isfinite(row["train"]["train-loss"])
 
 
+@pytest.mark.in_default_run
 def test_two_clients_crashing_mid_round_leave_the_survivors_sum(tmp_path):
     # 8 clients: a double-masked group of 8 (t = 5) tolerates 2 dropouts
     faults = {"crash_clients": [1, 3], "crash_rounds": [2]}

@@ -18,13 +18,16 @@ from flwr.serverapp import Grid
 
 from fedleak.runtime import engine
 from fedleak.runtime.engine import (
+    RAY_INLINE_BYTES,
     REMOTE_MIN_POLL_INTERVAL,
     TIMING_RECORD,
     TIMING_REQUEST,
     EngineGrid,
     fast_engine,
+    simulation_backend_config,
     timing_mod,
 )
+from fedleak.runtime.lifecycle import ray_address_in_use
 from fedleak.training import arrays_from_records, read_npy
 
 FLOWER_DISPATCH = vce_api.add_messages_to_queue
@@ -370,3 +373,35 @@ def test_the_inference_pooling_path_gives_the_training_paths_numbers():
         fast = model(x)
     slow = model(x).detach()  # autograd on: the plain kernel
     assert torch.equal(fast, slow)
+
+
+def test_a_run_without_an_address_starts_a_local_ray_even_beside_a_cluster(
+    monkeypatch,
+):
+    # "local": Ray would otherwise join the cluster `ray start` last made
+    # on this machine and refuse the local settings
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    init = simulation_backend_config(1.0)["init_args"]
+    assert init["address"] == "local"
+    assert init["_system_config"] == {"max_direct_call_object_size": RAY_INLINE_BYTES}
+    assert (
+        "_system_config"
+        not in simulation_backend_config(1.0, inline=False)["init_args"]
+    )
+
+
+def test_ray_address_comes_from_the_run_then_from_ray_address(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", " 10.0.0.5:6379 ")
+    assert ray_address_in_use(None) == "10.0.0.5:6379"
+    assert ray_address_in_use("") == "10.0.0.5:6379"
+    assert ray_address_in_use("10.0.0.9:1") == "10.0.0.9:1"
+    init = simulation_backend_config(1.0)["init_args"]
+    # an existing cluster keeps its own settings
+    assert init["address"] == "10.0.0.5:6379"
+    assert "_system_config" not in init
+    assert (
+        simulation_backend_config(1.0, ray_address="h:1")["init_args"]["address"]
+        == "h:1"
+    )
+    monkeypatch.setenv("RAY_ADDRESS", "  ")
+    assert ray_address_in_use(None) == ""

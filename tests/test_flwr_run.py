@@ -38,6 +38,7 @@ def _kill_local_superlink(flwr_home: Path) -> None:
 @pytest.mark.skipif(
     not Path("/proc").exists(), reason="needs /proc to stop the SuperLink"
 )
+@pytest.mark.in_default_run
 def test_flwr_run_dot_runs_the_configured_experiment(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

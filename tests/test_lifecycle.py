@@ -142,6 +142,8 @@ def assert_interrupted_run(out: Path, stderr: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray
+@pytest.mark.in_default_run
 def test_ctrl_c_stops_after_the_round_keeps_the_model_and_leaves_no_process(tmp_path):
     config, out = write(tmp_path), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)
@@ -155,6 +157,7 @@ def test_ctrl_c_stops_after_the_round_keeps_the_model_and_leaves_no_process(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray
 def test_sigterm_stops_after_the_round_with_status_143(tmp_path):
     config, out = write(tmp_path), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)
@@ -169,6 +172,7 @@ def test_sigterm_stops_after_the_round_with_status_143(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray
 def test_sigkill_leaves_no_ray_process_behind(tmp_path):
     config, out = write(tmp_path, rounds=5000), tmp_path / "run"
     proc = start("run", str(config), "--out", str(out), cwd=tmp_path)

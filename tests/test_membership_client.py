@@ -127,6 +127,7 @@ def test_defended_client_uploads_only_the_top_fraction(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.in_default_run
 def test_flower_run_has_recall_one(tmp_path: Path) -> None:
     from fedleak.experiments import run_experiment
     from fedleak.experiments.config import validate

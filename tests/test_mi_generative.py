@@ -101,6 +101,7 @@ def test_white_box_beats_chance_only_on_members(records, targets) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.in_default_run
 def test_black_box_beats_chance_only_on_members(records) -> None:
     """Members: AUC 0.86 (attacker seed 0; 0.85 at seed 1) against 0.65. Null:
     the samples memorise "other", and the pool's halves are scored (the 30

@@ -158,6 +158,7 @@ def _recording_app(uploads: dict[tuple[int, int], dict[str, np.ndarray]]) -> Any
 
 
 @pytest.mark.slow
+@pytest.mark.in_default_run
 def test_before_the_join_the_adversary_observes_exactly_the_other_client(
     tmp_path, task_identity
 ):

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,42 +14,12 @@ from fedleak.experiments.results import check_results
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-PORT = "6391"
 
 
-@pytest.fixture
-def ray_head():
-    env = {**os.environ, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    # Ray's socket paths must stay under ~107 characters: a short temp folder
-    temp_dir = tempfile.mkdtemp(prefix="ray")
-    start = subprocess.run(
-        [
-            str(BIN / "ray"),
-            "start",
-            "--head",
-            f"--port={PORT}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            f"--temp-dir={temp_dir}",
-            "--disable-usage-stats",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
-    if start.returncode != 0:
-        pytest.skip(f"cannot start a local Ray head: {start.stderr[-500:]}")
-    try:
-        yield f"127.0.0.1:{PORT}"
-    finally:
-        subprocess.run(
-            [str(BIN / "ray"), "stop", "--force"], capture_output=True, timeout=120
-        )
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def test_run_on_an_existing_ray_cluster(tmp_path, ray_head):
+@pytest.mark.in_default_run
+def test_run_on_an_existing_ray_cluster(tmp_path, ray_cluster, monkeypatch):
+    # the address comes from --ray-address alone, not from the environment
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     config = tmp_path / "cluster.toml"
     config.write_text(
         "name = 'cluster'\nrounds = 2\n[model]\nname = 'mlp'\n"
@@ -67,7 +34,7 @@ def test_run_on_an_existing_ray_cluster(tmp_path, ray_head):
             "--out",
             str(out),
             "--ray-address",
-            ray_head,
+            ray_cluster,
         ],
         capture_output=True,
         text=True,

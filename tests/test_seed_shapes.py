@@ -194,6 +194,7 @@ def _active_attack_auc(alpha: float, seed: int, rounds: int = 60) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.in_default_run
 def test_a_stronger_alpha_raises_the_active_attack_signal() -> None:
     """Fig. 7.6: the active adversary (alpha > 0) makes the shared model separate
     the property, so the target's updates reveal it better than to the passive

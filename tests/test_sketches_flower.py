@@ -67,7 +67,10 @@ def expected_sketch(skip: int | None) -> CountMinSketch:
     return total
 
 
-@pytest.mark.parametrize("mode", ["double-masking", "thesis"])
+@pytest.mark.parametrize(
+    "mode",
+    [pytest.param("double-masking", marks=pytest.mark.in_default_run), "thesis"],
+)
 def test_recommender_run_with_a_crashed_node_gives_the_survivors_sketch(
     mode: str,
 ) -> None:

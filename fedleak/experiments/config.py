@@ -161,7 +161,9 @@ class FederationConfig(_Section):
 
     num_clients: int = Field(4, ge=1)
     cpus_per_client: float = Field(1.0, gt=0)
-    ray_address: str = Field("", description="existing Ray cluster; '' = local")
+    ray_address: str = Field(
+        "", description="existing Ray cluster; '' = $RAY_ADDRESS, else a local one"
+    )
     round_timeout: float = Field(600.0, gt=0, description="seconds to wait for replies")
     engine: Literal["fedleak", "flower"] = "fedleak"
     poll_interval: float = Field(

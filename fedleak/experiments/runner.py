@@ -44,6 +44,7 @@ from fedleak.runtime.lifecycle import (
     check_cpus,
     check_ray_address,
     keep_signals_from_ray,
+    ray_address_in_use,
 )
 from fedleak.runtime.logs import quiet_flower
 from fedleak.runtime.run_dir import make_run_dir, write_config
@@ -189,7 +190,7 @@ def simulate(
 
 def check_ray(config: ExperimentConfig, ray_address: str | None = None) -> None:
     """Refuse an unreachable Ray cluster or more CPUs per client than Ray has."""
-    address = ray_address or config.federation.ray_address
+    address = ray_address_in_use(ray_address or config.federation.ray_address)
     check_ray_address(address)
     check_cpus(config.federation.cpus_per_client, address)
 

@@ -49,7 +49,7 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
-from .lifecycle import RunControl, RunStopped
+from .lifecycle import RunControl, RunStopped, ray_address_in_use
 
 __all__ = [
     "StoppableGrid",
@@ -130,18 +130,20 @@ def simulation_backend_config(
 ) -> dict[str, Any]:
     """Return ``run_simulation``'s ``backend_config`` for a fedleak run.
 
-    With ``inline`` a local Ray instance gets :data:`RAY_INLINE_BYTES`; an
-    existing cluster (``ray_address``) keeps its own settings (``ray start
-    --system-config '{"max_direct_call_object_size": 8388608}'``).
+    The cluster is :func:`~fedleak.runtime.lifecycle.ray_address_in_use`'s:
+    ``ray_address``, else ``RAY_ADDRESS``, else a new local instance
+    (``address="local"``). With ``inline`` a local Ray instance gets
+    :data:`RAY_INLINE_BYTES`; an existing cluster keeps its own settings
+    (``ray start --system-config '{"max_direct_call_object_size": 8388608}'``).
     """
     init_args: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": logging.INFO if verbose else logging.ERROR,
         "log_to_driver": verbose,
     }
-    if ray_address:
-        init_args["address"] = ray_address
-    elif inline:
+    address = ray_address_in_use(ray_address)
+    init_args["address"] = address or "local"
+    if not address and inline:
         init_args["_system_config"] = {"max_direct_call_object_size": RAY_INLINE_BYTES}
     return {
         "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},

@@ -38,6 +38,7 @@ from fedleak.errors import ConfigError
 
 __all__ = [
     "DEFAULT_GRACE_S",
+    "RAY_ADDRESS_ENV",
     "RAY_CONNECT_TIMEOUT_S",
     "RunControl",
     "RunStopped",
@@ -45,6 +46,7 @@ __all__ = [
     "check_ray_address",
     "exit_now",
     "keep_signals_from_ray",
+    "ray_address_in_use",
     "start_reaper",
     "stop_on_signals",
 ]
@@ -54,6 +56,9 @@ DEFAULT_GRACE_S = 5.0
 
 RAY_CONNECT_TIMEOUT_S = 10.0
 """Seconds to wait for a TCP connection to an existing Ray cluster's GCS."""
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Ray's own environment variable naming the cluster a driver joins."""
 
 
 class RunStopped(Exception):
@@ -233,6 +238,21 @@ def start_reaper() -> subprocess.Popen[bytes] | None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def ray_address_in_use(address: str | None = None) -> str:
+    """Return the Ray cluster a run joins, ``""`` for a new local instance.
+
+    The address given (``--ray-address`` or ``[federation] ray_address``)
+    wins; without one, Ray's own ``RAY_ADDRESS`` environment variable names
+    the cluster, as it does for any Ray driver. ``""`` means a new local
+    instance even where another Ray cluster runs on the machine (fedleak
+    passes ``address="local"``: Ray would otherwise join the last cluster
+    ``ray start`` made on this machine and refuse the local settings).
+    """
+    if address:
+        return address
+    return os.environ.get(RAY_ADDRESS_ENV, "").strip()
 
 
 def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
