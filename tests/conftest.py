@@ -8,6 +8,12 @@ fedleak's runs follow that variable). A test marked ``own_ray`` starts its own
 local instance, as ``fedleak run`` does by default: the tests of what a run
 leaves behind (processes after Ctrl-C, SIGTERM, SIGKILL). With
 ``FEDLEAK_TEST_OWN_RAY=1`` every simulation starts its own instance.
+
+Under mutation testing (``scripts/mutation.py``, which runs the tests inside
+mutmut's process) Hypothesis does not shrink a failing example: a mutant is
+killed by the first failure, and shrinking a failing protocol run (many
+clients, many rounds) takes longer than mutmut's time limit, so a detected
+mutant would be recorded as a timeout instead of a kill.
 """
 
 from __future__ import annotations
@@ -27,6 +33,13 @@ from pathlib import Path
 
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
+from hypothesis import Phase, settings
+
+settings.register_profile(
+    "mutation", phases=(Phase.explicit, Phase.reuse, Phase.generate)
+)
+if "mutmut" in sys.modules:
+    settings.load_profile("mutation")
 
 RAY_BIN = Path(sys.executable).parent / "ray"
 #: messages up to 8 MiB travel inline, as on fedleak's own local instance

@@ -124,7 +124,8 @@ class ProtocolSettings:
     def _describe(self) -> str:
         text = f"mode {self.mode!r} with min_online={self.min_online}"
         if self.mode == "double-masking":
-            text += f" and threshold={self.threshold:g}"
+            # repr, not :g, which prints 0.99999999 as "1"
+            text += f" and threshold={self.threshold!r}"
         return text
 
     def shamir_threshold(self, n: int) -> int:
@@ -154,7 +155,8 @@ class ProtocolSettings:
         for n in range(MIN_ONLINE_FLOOR, _LARGEST_GROUP_SEARCHED):
             if self.decryptable(n):
                 return n
-        raise ConfigError(  # pragma: no cover - threshold < 1 always finds one
+        # a threshold within about 2e-6 of 1 needs groups of over a million
+        raise ConfigError(
             f"no group size up to {_LARGEST_GROUP_SEARCHED} is decryptable with "
             f"{self._describe()}."
         )
