@@ -802,3 +802,43 @@ def test_a_tiny_gradient_is_kept_as_it_is(
     )
     trainer.step(lambda: (model(x).squeeze(1) - target) ** 2)
     assert abs(float(model.weight) - 1.0) < 1e-5
+
+
+def test_the_noise_follows_noise_rng_and_the_batches_follow_the_seed() -> None:
+    """Seed 000 Alg. 5 with the noise drawn from ``noise_rng`` when given.
+
+    The Poisson batches follow ``seed`` and the Gaussian noise ``noise_rng``:
+    the same two generators give the same model, another noise generator a
+    different one, and a model trained without noise does not depend on it.
+    """
+    x, y = _digits(120)
+
+    def train(noise_seed: int, sigma: float = 1.0) -> list[torch.Tensor]:
+        model = _mlp()
+        dp_sgd_train(
+            model, x, y, epochs=1, batch_size=30, lr=0.1, noise_multiplier=sigma,
+            max_grad_norm=1.0, seed=3, noise_rng=np.random.default_rng(noise_seed),
+        )  # fmt: skip
+        return [p.detach().clone() for p in model.parameters()]
+
+    first, again, other = train(1), train(1), train(2)
+    for a, b in zip(first, again, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any(not torch.equal(a, b) for a, b in zip(first, other, strict=True))
+    quiet = [train(1, sigma=0.0), train(2, sigma=0.0)]
+    for a, b in zip(*quiet, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dp_sgd_train_secure_mode_refuses_a_noise_generator_with_the_reason() -> None:
+    x, y = _digits(40)
+    with pytest.raises(
+        ConfigError,
+        match=r"^Passing noise_rng is prohibited in secure mode: the noise comes from "
+        r"the OS CSPRNG\.$",
+    ):
+        dp_sgd_train(
+            _mlp(), x, y, epochs=1, batch_size=8, lr=0.1, noise_multiplier=1.0,
+            max_grad_norm=1.0, seed=None, noise_rng=np.random.default_rng(0),
+            secure_mode=True,
+        )  # fmt: skip

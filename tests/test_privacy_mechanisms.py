@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import dp_accounting
@@ -17,7 +18,7 @@ from fedleak.privacy.mechanisms import (
     gaussian_sigma,
     laplace_mechanism,
 )
-from fedleak.privacy.randomness import check_rng, secure_uniform
+from fedleak.privacy.randomness import check_rng, noise_generator, secure_uniform
 
 N = 20_000
 
@@ -143,3 +144,29 @@ def test_dp_norm_count_noise_has_std_sqrt2_sigma() -> None:
     )
     assert set(np.unique(picks)) <= {1.0, 2.0}
     assert np.mean(picks == 2.0) == pytest.approx(stats.norm.sf(1.0), abs=0.025)
+
+
+def test_noise_generator_is_fresh_unless_seeded_and_then_follows_its_words() -> None:
+    """The DP noise is not derivable from the experiment's seed: without a
+    ``noise_seed`` every call draws fresh OS entropy; with one the stream is
+    ``default_rng([noise_seed, *words])``, so each (client, round) has its own.
+    """
+    fresh = [noise_generator(None).integers(2**63) for _ in range(2)]
+    assert fresh[0] != fresh[1]
+    assert noise_generator(None, 5).integers(2**63) != noise_generator(
+        None, 5
+    ).integers(2**63)
+    for words in [(7,), (7, 1, 2), (0, 0)]:
+        np.testing.assert_array_equal(
+            noise_generator(*words).random(4),
+            np.random.default_rng(list(words)).random(4),
+        )
+    assert noise_generator(7, 1, 2).random() != noise_generator(7, 2, 1).random()
+    for bad in [(-1,), (7, -1), (7, True), (True,), (7.0,), (7, 1.5)]:
+        with pytest.raises(
+            ConfigError,
+            match=r"^noise_seed and its words must be non-negative ints; got "
+            + re.escape(repr(list(bad)))
+            + "$",
+        ):
+            noise_generator(*bad)  # type: ignore[arg-type]

@@ -273,7 +273,7 @@ def test_classifier_settings_reach_the_estimators():
     assert type(normal.estimator_[0]).__name__ == "Normalizer"
     assert forest.classes_.tolist() == [0, 1] and forest.n_features_in_ == 6
     scores = forest.property_scores(x)
-    np.testing.assert_array_equal(forest.predict(x), (scores >= 0.5).astype(np.int64))
+    np.testing.assert_array_equal(forest.predict(x), (scores > 0.5).astype(np.int64))
     np.testing.assert_allclose(forest.predict_proba(x).sum(axis=1), 1.0)
     with pytest.raises(
         ConfigError, match=r"^n_estimators must be an integer >= 1; got 0\.$"

@@ -248,8 +248,12 @@ class BatchPropertyClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[m
         return cast(np.ndarray, self.estimator_.predict_proba(features))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Return 1 where the property is more likely than not."""
-        return (self.predict_proba(X)[:, 1] >= 0.5).astype(np.int64)
+        """Return 1 where the property is more likely than not.
+
+        A tie (``P(property) = 0.5``) is 0, as the fitted scikit-learn
+        estimator's own ``predict`` (the first class of the ``argmax``) gives.
+        """
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
 
     def property_scores(self, X: np.ndarray) -> np.ndarray:
         """Return the score ``f_prop(g) = P(property)`` of every row of ``X``."""
