@@ -405,3 +405,43 @@ def test_ray_address_comes_from_the_run_then_from_ray_address(monkeypatch):
     )
     monkeypatch.setenv("RAY_ADDRESS", "  ")
     assert ray_address_in_use(None) == ""
+
+
+def test_the_secure_rounds_vector_stays_inside_the_clipping_range(task_identity):
+    """``bench engine``'s secure round: each client sends half the global vector
+    plus its own, so 60 rounds of the mean stay within [-3, 3] (the default
+    clip is 8) and end at 2 (1 - 2^-60) times the clients' mean."""
+    from flwr.app import Context
+
+    from fedleak.bench.engine import (
+        _VECTOR,
+        SECURE_CLIENTS,
+        _add_vector,
+        client_vector,
+    )
+
+    length = 1000
+    w = np.zeros(length, dtype=np.float32)
+    largest = 0.0
+    for _ in range(60):
+        msg = Message(
+            RecordDict({"arrays": ArrayRecord({_VECTOR: Array(w)})}),
+            dst_node_id=1,
+            message_type="train",
+        )
+        updates = []
+        for p in range(SECURE_CLIENTS):
+            context = Context(
+                run_id=1,
+                node_id=p + 1,
+                node_config={"partition-id": p, "num-partitions": SECURE_CLIENTS},
+                state=RecordDict(),
+                run_config={},
+            )
+            reply = _add_vector(msg, context)
+            updates.append(reply.content.array_records["arrays"][_VECTOR].numpy())
+        largest = max(largest, float(np.max(np.abs(updates))))
+        w = np.mean(updates, axis=0).astype(np.float32)
+    mean = np.mean([client_vector(p, length) for p in range(SECURE_CLIENTS)], axis=0)
+    assert largest <= 3.0
+    np.testing.assert_allclose(w, 2.0 * mean, atol=1e-5)

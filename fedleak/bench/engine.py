@@ -8,7 +8,7 @@ Two experiments, each run three ways in the same process:
 ``secure_round``
     :class:`fedleak.strategies.SecureAggregation` around Flower's ``FedAvg``:
     ``N = 10`` clients each add a fixed float32 vector of ``L = 10**5``
-    entries to the global one (masking, transfers and aggregation and
+    entries to half the global one (masking, transfers and aggregation and
     nothing else).
 
 The three ways:
@@ -224,10 +224,15 @@ def client_vector(partition: int, length: int) -> np.ndarray:
 
 
 def _add_vector(msg: Message, context: Context) -> Message:
-    """Train handler: the global vector plus this client's fixed vector."""
+    """Train handler: half the global vector plus this client's fixed vector.
+
+    The halving keeps every round's values within [-3, 3], inside secure
+    aggregation's clipping range, however many rounds run: after ``r``
+    rounds the global vector is ``2 (1 - 2^-r)`` times the clients' mean.
+    """
     w = msg.content.array_records["arrays"][_VECTOR].numpy()
     partition = partition_id_of(context)
-    out = ArrayRecord({_VECTOR: Array(w + client_vector(partition, w.size))})
+    out = ArrayRecord({_VECTOR: Array(0.5 * w + client_vector(partition, w.size))})
     metrics = MetricRecord({"num-examples": 1})
     return Message(RecordDict({"arrays": out, "metrics": metrics}), reply_to=msg)
 
@@ -286,7 +291,7 @@ def _secure_result(result: Result, rounds: int) -> dict[str, Any]:
     )
     return {
         "digest": hashlib.sha256(result.arrays[_VECTOR].numpy().tobytes()).hexdigest(),
-        "max_abs_error": float(np.max(np.abs(w - rounds * mean))),
+        "max_abs_error": float(np.max(np.abs(w - 2.0 * (1.0 - 0.5**rounds) * mean))),
     }
 
 
