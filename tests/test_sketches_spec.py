@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -308,6 +309,14 @@ def test_value_keys_are_splitmix64_modulo_p() -> None:
     keys = value_keys(np.arange(1000))
     assert keys.dtype == np.int64 and np.unique(keys).size == 1000
     assert keys.min() >= 0 and keys.max() < P
+
+
+def test_value_keys_wrap_modulo_2_64_without_an_overflow_warning() -> None:
+    # SplitMix64 multiplies modulo 2**64 by design: one key (a 0-d array,
+    # where numpy would warn on the wrap) is computed silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert value_keys(7) == value_keys(np.arange(8))[7]
 
 
 def test_reference_problem_is_the_seed_mixture_drawn_from_its_seed() -> None:

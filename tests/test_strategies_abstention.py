@@ -10,6 +10,7 @@ a negative weight, or the flag with a positive weight stay malformed.
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -134,13 +135,25 @@ def test_a_round_where_everyone_abstains_keeps_the_model():
     ("metrics", "reason"),
     [
         # a client that has joined cannot weigh 0: it must say it abstains
-        ({protocol.NUM_EXAMPLES: 0}, "expected a positive number (a client that"),
-        ({protocol.NUM_EXAMPLES: -3}, "num-examples=-3; expected a positive number"),
+        (
+            {protocol.NUM_EXAMPLES: 0},
+            "reply from node 9001 has num-examples=0; expected a positive number"
+            " (a client that sits the round out also sets abstained=1)",
+        ),
+        (
+            {protocol.NUM_EXAMPLES: -3},
+            "reply from node 9001 has num-examples=-3; expected a positive number",
+        ),
         (
             {protocol.NUM_EXAMPLES: 12, protocol.ABSTAINED: 1},
-            "abstains (abstained=1) but has num-examples=12",
+            "reply from node 9001 abstains (abstained=1) but has num-examples=12;"
+            " an abstaining reply must weigh 0",
         ),
-        ({protocol.NUM_EXAMPLES: 0, protocol.ABSTAINED: 2}, "abstained=2; expected 1"),
+        (
+            {protocol.NUM_EXAMPLES: 0, protocol.ABSTAINED: 2},
+            "reply from node 9001 has abstained=2; expected 1 (sits the round out)"
+            " or 0",
+        ),
     ],
 )
 def test_zero_or_negative_weights_and_inconsistent_flags_are_rejected(
@@ -155,7 +168,8 @@ def test_zero_or_negative_weights_and_inconsistent_flags_are_rejected(
     assert round_metrics["num-rejected"] == 1
     assert round_metrics["num-abstained"] == 0
     assert round_metrics["num-replies"] == 2
-    assert reason in caplog.text
+    # the whole reason, to the end of its line
+    assert re.search(re.escape(reason) + "$", caplog.text, re.MULTILINE), caplog.text
     assert arrays is not None
 
 
