@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from secagg_records import PENDING_ROUND
 
 from fedleak.errors import ConfigError, ProtocolError
 from fedleak.secagg import (
@@ -531,21 +532,7 @@ def inputs(n: int, length: int, seed: int) -> list[np.ndarray]:
 def pending_record() -> dict[str, Any]:
     """A complete client state record with a pending round (three peers)."""
     record: dict[str, Any] = ClientState(secret=bytes(range(32))).to_record()
-    record.update(
-        {
-            "pending.round": 1,
-            "pending.group": 0,
-            "pending.mode": "thesis",
-            "pending.peers": pack_ids([1, 2, 3]),
-            "pending.keys": bytes(96),
-            "pending.shared": bytes(96),
-            "pending.threshold": 0,
-            "pending.online-floor": 3,
-            "pending.length": 4,
-            "pending.modulus-bits": 32,
-            "pending.unmasked": False,
-        }
-    )
+    record.update(PENDING_ROUND)
     return record
 
 

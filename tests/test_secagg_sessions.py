@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from secagg_records import PENDING_ROUND
 
 from fedleak.errors import ConfigError, ProtocolError
 from fedleak.secagg import (
@@ -135,21 +136,7 @@ def test_a_damaged_state_record_is_refused(damage: dict[str, object]) -> None:
     _, clients = federation()
     session = clients[NODES[0]]
     record = session.state.to_record()
-    record.update(
-        {
-            "pending.round": 1,
-            "pending.group": 0,
-            "pending.mode": "thesis",
-            "pending.peers": pack_ids([1, 2, 3]),
-            "pending.keys": bytes(96),
-            "pending.shared": bytes(96),
-            "pending.threshold": 0,
-            "pending.online-floor": 3,
-            "pending.length": 4,
-            "pending.modulus-bits": 32,
-            "pending.unmasked": False,
-        }
-    )
+    record.update(PENDING_ROUND)
     ClientState.from_record(record)  # complete: fine
     record.update(damage)  # type: ignore[arg-type]
     with pytest.raises(ProtocolError):
