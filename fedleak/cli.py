@@ -163,8 +163,9 @@ def _round_progress(
 
     def on_round(server_round: int, row: dict[str, Any]) -> None:
         acc = row.get("server", {}).get("test-accuracy")
-        metric = f"test acc {acc:.3f}" if isinstance(acc, float) else ""
-        progress.update(task, completed=server_round, metric=metric)
+        if isinstance(acc, float):  # rounds without evaluation keep the last figure
+            progress.update(task, metric=f"test acc {acc:.3f} (round {server_round})")
+        progress.update(task, completed=server_round)
 
     return progress, on_round
 

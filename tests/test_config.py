@@ -50,6 +50,10 @@ def test_defaults_and_name_from_file_stem(tmp_path):
             "data.property_target",
         ),
         ("rounds = [\n", "not valid TOML"),
+        (
+            "[evaluation]\nevery = 0\n",
+            "evaluation.every: Input should be greater than or equal to 1 (got 0)",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, text, message):
@@ -148,3 +152,18 @@ def test_a_config_file_that_is_not_utf8_is_one_clear_error(tmp_path):
     path.write_bytes("name = 'caf\xe9'\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("section", "due_after"),
+    [
+        ("", [0, 1, 2, 3, 4, 5, 6, 7]),
+        ("[evaluation]\nevery = 3\n", [0, 3, 6, 7]),
+        ("[evaluation]\nevery = 10\n", [0, 7]),
+        ("[evaluation]\nevery = 3\nserver = false\n", []),
+    ],
+)
+def test_the_server_evaluates_every_nth_round_and_the_last(tmp_path, section, due_after):
+    config = load_config(write(tmp_path, "rounds = 7\n" + section))
+    due = [r for r in range(8) if config.evaluation.due(r, config.rounds)]
+    assert due == due_after

@@ -155,3 +155,17 @@ def test_fedleak_run_command_writes_valid_results(tmp_path):
     assert results["config"]["rounds"] == 3
     assert "final test accuracy" in result.stdout
     assert "DEPRECATED" not in result.stderr
+
+
+def test_evaluating_every_second_round_changes_no_training(tmp_path):
+    every_round = run(tiny("sync-sgd", rounds=5), tmp_path / "all")
+    sparse = run(tiny("sync-sgd", rounds=5, evaluation={"every": 2}), tmp_path / "two")
+    evaluated = [r["round"] for r in sparse["rounds"] if "test-accuracy" in r["server"]]
+    assert evaluated == [2, 4, 5]  # every second round, and the last
+    for dense_row, sparse_row in zip(every_round["rounds"], sparse["rounds"]):
+        assert sparse_row["train"] == dense_row["train"]
+        if sparse_row["server"]:
+            assert sparse_row["server"] == dense_row["server"]
+    assert sparse["final"] == every_round["final"]
+    log = (tmp_path / "two" / "rounds.jsonl").read_text().splitlines()
+    assert "test-accuracy" in json.loads(log[0])["server"]  # round 0: the start

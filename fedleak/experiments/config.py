@@ -188,6 +188,19 @@ class EvaluationConfig(_Section):
 
     server: bool = True
     max_test_examples: int = Field(0, ge=0, description="0 = the whole test set")
+    every: int = Field(
+        1,
+        ge=1,
+        description="evaluate after round 0, every this many rounds and after the "
+        "last round; 1 = every round (a long run's curve needs fewer points, and "
+        "the server's evaluation can cost more than the round it measures)",
+    )
+
+    def due(self, server_round: int, last_round: int) -> bool:
+        """Whether the server evaluates the global model after ``server_round``."""
+        return self.server and (
+            server_round % self.every == 0 or server_round == last_round
+        )
 
 
 class PrivacyConfig(_Section):

@@ -289,7 +289,8 @@ class RunRecorder:
         """Record and evaluate one round (the hook of ``Strategy.start``)."""
         entered = time.perf_counter()
         self.arrays = arrays
-        metrics = self.server_metrics(arrays) if self.config.evaluation.server else {}
+        due = self.config.evaluation.due(server_round, self.config.rounds)
+        metrics = self.server_metrics(arrays) if due else {}
         evaluated = time.perf_counter()
         row: dict[str, Any] = {"round": server_round, "server": metrics}
         if server_round > 0 and self._last_mark is not None:
