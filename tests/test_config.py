@@ -163,7 +163,9 @@ def test_a_config_file_that_is_not_utf8_is_one_clear_error(tmp_path):
         ("[evaluation]\nevery = 3\nserver = false\n", []),
     ],
 )
-def test_the_server_evaluates_every_nth_round_and_the_last(tmp_path, section, due_after):
+def test_the_server_evaluates_every_nth_round_and_the_last(
+    tmp_path, section, due_after
+):
     config = load_config(write(tmp_path, "rounds = 7\n" + section))
     due = [r for r in range(8) if config.evaluation.due(r, config.rounds)]
     assert due == due_after

@@ -162,7 +162,9 @@ def test_evaluating_every_second_round_changes_no_training(tmp_path):
     sparse = run(tiny("sync-sgd", rounds=5, evaluation={"every": 2}), tmp_path / "two")
     evaluated = [r["round"] for r in sparse["rounds"] if "test-accuracy" in r["server"]]
     assert evaluated == [2, 4, 5]  # every second round, and the last
-    for dense_row, sparse_row in zip(every_round["rounds"], sparse["rounds"]):
+    for dense_row, sparse_row in zip(
+        every_round["rounds"], sparse["rounds"], strict=True
+    ):
         assert sparse_row["train"] == dense_row["train"]
         if sparse_row["server"]:
             assert sparse_row["server"] == dense_row["server"]

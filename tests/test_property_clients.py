@@ -26,35 +26,19 @@ from fedleak.clients.property import (
 )
 from fedleak.strategies import ModelAveraging, SyncSGD
 from flower_fakes import LocalGrid
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from property_setup import client_context, property_experiment
 
 from fedleak import protocol
 from fedleak.errors import ConfigError, DataError
-from fedleak.experiments.config import ExperimentConfig, validate
+from fedleak.experiments.config import ExperimentConfig
 from fedleak.experiments.runner import make_experiment_client_app
 from fedleak.settings import TargetSchedule
 from fedleak.training import batch_gradient
 
 
 def experiment(**sections: Any) -> ExperimentConfig:
-    raw: dict[str, Any] = {
-        "seed": 5,
-        "data": {
-            "dataset": "digits",
-            "partition": "property",
-            "property_target": 0,
-            "property_target_fraction": 0.5,
-            "property_partition_size": 120,
-        },
-        "model": {"name": "mlp"},
-        "strategy": {"name": "sync-sgd", "learning_rate": 0.1},
-        "client": {"batch_size": 16},
-        "federation": {"num_clients": 3},
-        "adversary": {"kind": "passive-property", "partition": 1},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw.get(key, {}), **value}
-    return validate(raw, "test", "property-test")
+    return property_experiment("property-test", sections)
 
 
 def message_config(
@@ -70,14 +54,7 @@ def message_config(
     )
 
 
-def context(partition: int) -> Context:
-    return Context(
-        run_id=1,
-        node_id=10 + partition,
-        node_config={"partition-id": partition, "num-partitions": 3},
-        state=RecordDict(),
-        run_config={},
-    )
+context = client_context
 
 
 # ------------------------------------------------------------ config

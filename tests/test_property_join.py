@@ -23,49 +23,27 @@ from fedleak.clients.property import (
 )
 from fedleak.strategies import ModelAveraging
 from flower_fakes import LocalGrid
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from property_setup import client_context, property_experiment
 
 from fedleak import protocol
 from fedleak.bench.property import join_participants
-from fedleak.experiments.config import ExperimentConfig, validate
+from fedleak.experiments.config import ExperimentConfig
 from fedleak.experiments.runner import make_experiment_client_app
 from fedleak.task import client_data
 
+JOIN: dict[str, dict[str, Any]] = {
+    "strategy": {"name": "model-averaging"},
+    "adversary": {"property": {"pooling": "raw"}},
+    "target": {"property_every": 0, "join_round": 3},
+}
+
 
 def experiment(**sections: Any) -> ExperimentConfig:
-    raw: dict[str, Any] = {
-        "seed": 5,
-        "data": {
-            "dataset": "digits",
-            "partition": "property",
-            "property_target": 0,
-            "property_target_fraction": 0.5,
-            "property_partition_size": 120,
-        },
-        "model": {"name": "mlp"},
-        "strategy": {"name": "model-averaging", "learning_rate": 0.1},
-        "client": {"batch_size": 16},
-        "federation": {"num_clients": 3},
-        "adversary": {
-            "kind": "passive-property",
-            "partition": 1,
-            "property": {"pooling": "raw"},
-        },
-        "target": {"property_every": 0, "join_round": 3},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw.get(key, {}), **value}
-    return validate(raw, "test", "property-join-test")
+    return property_experiment("property-join-test", JOIN, sections)
 
 
-def context(partition: int) -> Context:
-    return Context(
-        run_id=1,
-        node_id=10 + partition,
-        node_config={"partition-id": partition, "num-partitions": 3},
-        state=RecordDict(),
-        run_config={},
-    )
+context = client_context
 
 
 def message_config(
