@@ -56,3 +56,26 @@ def test_quick_bench_writes_json_and_plots(tmp_path: Path) -> None:
         bool(small) and all(best_kernel[i] > standard[i] for i in small)
     )
     assert "written:" in result.output
+
+
+@pytest.mark.slow
+def test_sample_quality_scores_every_model_against_held_out_records(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "new-folder" / "dpgm-samples.json"  # the folder is created
+    result = CliRunner().invoke(
+        app, ["bench", "dpgm", "--sample-quality", "--quick", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    fig = report["fig_5_4"]
+    assert fig["epochs"] == 1
+    floor = fig["quality"]["real_vs_real"]
+    assert set(fig["models"]) == {"vae_mixture", "rbm_mixture", "single_vae"}
+    for model in fig["models"].values():
+        mmd = model["sample_mmd2"]
+        assert mmd["gamma"] == floor["gamma"]  # one kernel for every model
+        # a 1-epoch generator is further from the real records than they are
+        # from each other, by many standard errors
+        assert mmd["mmd2"] - floor["mmd2"] > 4 * (mmd["se"] + floor["se"])
+    assert (out.parent / report["plots"]["fig5_4"]).stat().st_size > 1000

@@ -314,3 +314,40 @@ def test_table_4_1_rule_compares_every_row_with_the_seed():
     wrong = assess(claim, {"secagg": {"table_4_1": rows}})
     assert wrong.verdict == "not reproduced"
     assert wrong.reason.startswith("bytes differ from the seed's at N = [300]")
+
+
+def _samples(vae: float, rbm: float, se: float = 0.002) -> dict[str, Any]:
+    def model(mmd2: float) -> dict[str, Any]:
+        return {"epsilon": 2.7, "sample_mmd2": {"mmd2": mmd2, "se": se}}
+
+    return {
+        "epochs": 20,
+        "records": 6000,
+        "quality": {"real_vs_real": {"mmd2": 0.0003, "se": 0.0005}},
+        "models": {"vae_mixture": model(vae), "rbm_mixture": model(rbm)},
+    }
+
+
+@pytest.mark.parametrize(
+    ("vae", "rbm", "verdict"),
+    [
+        (0.030, 0.050, "reproduced"),  # VAE closer to the real records
+        (0.050, 0.045, "partly"),  # within 2 SE = 0.0057
+        (0.050, 0.030, "not reproduced"),  # RBM closer
+    ],
+)
+def test_fig_5_4_rule_orders_the_mixtures_by_sample_mmd(vae, rbm, verdict):
+    old = {"epochs": 3, "records": 6000, "models": {"vae_mixture": {}}}
+    records: dict[str, Any] = {"dpgm": {"fig_5_4": old}}
+    claim = _claim("000 Fig. 5.4")
+    assert assess(claim, records).verdict == "partly"  # no quality figure
+    records["dpgm-samples"] = {"fig_5_4": _samples(vae, rbm)}
+    finding = assess(claim, records)
+    assert finding.verdict == verdict
+    assert finding.scale.startswith("20 epochs")  # the sample-quality record
+    assert "0.0003" in finding.utility
+    if verdict == "not reproduced":
+        assert "clusters" not in finding.reason
+        weights = [0.3, 0.005, 0.695]
+        records["dpgm-samples"]["fig_5_4"]["models"]["vae_mixture"]["weights"] = weights
+        assert "1 of 3 private k-means clusters" in assess(claim, records).reason

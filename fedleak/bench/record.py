@@ -134,7 +134,8 @@ class BenchRecord(MutableMapping[str, Any]):
     benchmark : str
         The command's name (``fedleak bench <benchmark>``).
     out : pathlib.Path
-        The JSON file.
+        The JSON file; its folder is created when the record is (before the
+        benchmark's work, so hours of work never end on a missing folder).
 
     Examples
     --------
@@ -154,7 +155,7 @@ class BenchRecord(MutableMapping[str, Any]):
     body: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.out = Path(self.out)
+        self.out = record_path(self.out, make_folder=True)
 
     def __getitem__(self, key: str) -> Any:
         return self.body[key]
