@@ -351,3 +351,10 @@ def test_fig_5_4_rule_orders_the_mixtures_by_sample_mmd(vae, rbm, verdict):
         weights = [0.3, 0.005, 0.695]
         records["dpgm-samples"]["fig_5_4"]["models"]["vae_mixture"]["weights"] = weights
         assert "1 of 3 private k-means clusters" in assess(claim, records).reason
+        models = records["dpgm-samples"]["fig_5_4"]["models"]
+        models["vae_mixture_nonprivate"] = {"sample_mmd2": {"mmd2": 0.021, "se": 0}}
+        models["rbm_mixture_nonprivate"] = {"sample_mmd2": {"mmd2": 0.011, "se": 0}}
+        reason = assess(claim, records).reason
+        assert (
+            "without DP noise (sigma_G = sigma_K = 0.001) VAE 0.0210 vs RBM" in reason
+        )
