@@ -402,7 +402,7 @@ def _fig_5_4(
             "wall_s": time.perf_counter() - start,
         }
         say(
-            f"fig 5.4 {label}: eps={model.epsilon_:.2f}, sample MMD^2 "
+            f"fig 5.4 {label}: eps={model.epsilon_:.3g}, sample MMD^2 "
             f"{mmd.mmd2:.4f} +- {mmd.se:.4f} "
             f"({summary['models'][label]['wall_s']:.0f} s)"
         )
@@ -502,7 +502,7 @@ def _sample_grids_figure(fig_5_4: dict[str, Any], grids: dict[str, Any]) -> Any:
         rows, cols, h, w = grid.shape
         ax.imshow(grid.transpose(0, 2, 1, 3).reshape(rows * h, cols * w), cmap="gray")
         model = fig_5_4["models"][label]
-        title = f"{label} (eps={model['epsilon']:.2f})"
+        title = f"{label} (eps={model['epsilon']:.3g})"
         if "sample_mmd2" in model:
             mmd = model["sample_mmd2"]
             title += f"\nMMD^2 {mmd['mmd2']:.4f} +- {mmd['se']:.4f}"
@@ -747,7 +747,7 @@ def command(
             mmd = model["sample_mmd2"]
             quality.add_row(
                 label,
-                f"{model['epsilon']:.2f}",
+                f"{model['epsilon']:.3g}",
                 f"{mmd['mmd2']:.4f}",
                 f"{mmd['se']:.4f}",
             )

@@ -1030,6 +1030,9 @@ def _fig_5_4(records: Records) -> Finding:
             "; nearly without DP noise (sigma_G = sigma_K = 0.001) VAE "
             f"{_f(quiet[0]['mmd2'], 4)} vs RBM {_f(quiet[1]['mmd2'], 4)}"
         )
+        quiet_gap = quiet[1]["mmd2"] - quiet[0]["mmd2"]
+        if gap < 0 and quiet_gap > 2 * math.hypot(quiet[0]["se"], quiet[1]["se"]):
+            clusters += ", the seed's order: the DP noise reverses it"
     verdict: Verdict
     if gap > two_se:
         verdict = "reproduced"
