@@ -73,11 +73,57 @@ def test_sample_mmd_averages_disjoint_chunks_with_their_standard_error() -> None
             lambda: mmd2_unbiased(np.ones((3, 2)), np.full((3, 2), np.nan), 1.0),
             "y: non-finite",
         ),
-        (lambda: median_bandwidth(np.ones((4, 2))), "all equal"),
+        (
+            lambda: median_bandwidth(np.ones((4, 2))),
+            "^reference: the records are all equal; no kernel width$",
+        ),
+        (lambda: median_bandwidth(np.ones((1, 2))), "^reference: need"),
+        (lambda: sample_mmd(np.ones((1, 2)), np.ones((9, 2)), 1.0), "^samples: need"),
+        (lambda: sample_mmd(np.ones((9, 2)), np.ones((1, 2)), 1.0), "^reference: need"),
         (lambda: sample_mmd(np.ones((5, 2)), np.ones((9, 2)), 1.0, chunks=3), "fewer"),
-        (lambda: sample_mmd(np.ones((5, 2)), np.ones((9, 2)), 1.0, chunks=1), "chunks"),
+        (
+            lambda: sample_mmd(np.ones((5, 2)), np.ones((9, 2)), 1.0, chunks=1),
+            "^chunks",
+        ),
     ],
 )
 def test_bad_input_is_refused_with_its_name(call, message) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_smallest_inputs_are_accepted() -> None:
+    rng = np.random.default_rng(6)
+    two, other = rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
+    assert mmd2_unbiased(two, other, 0.5) == pytest.approx(
+        mmd2_by_loops(two, other, 0.5)
+    )
+    # two chunks of two records each
+    estimate = sample_mmd(
+        rng.normal(size=(4, 3)), rng.normal(size=(5, 3)), 0.5, chunks=2
+    )
+    assert (estimate.chunks, estimate.per_chunk) == (2, 2)
+    assert (
+        sample_mmd(rng.normal(size=(10, 3)), rng.normal(size=(10, 3)), 0.5).chunks == 5
+    )
+    close = np.array([[0.0, 0.0], [0.3, 0.0], [0.0, 0.4]])  # median distance^2 0.16
+    assert median_bandwidth(close) == pytest.approx(1 / 0.16)
+
+
+def test_single_precision_records_are_scored_in_double_precision() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(40, 30)).astype(np.float32)
+    y = (rng.normal(size=(40, 30)) + 0.1).astype(np.float32)
+    exact = mmd2_by_loops(x.astype(np.float64), y.astype(np.float64), 0.02)
+    assert mmd2_unbiased(x, y, 0.02) == pytest.approx(exact, rel=1e-9)
+    assert median_bandwidth(x) == pytest.approx(
+        1
+        / np.median(
+            [
+                np.sum((x[i].astype(float) - x[j]) ** 2)
+                for i in range(40)
+                for j in range(i)
+            ]
+        ),
+        rel=1e-12,
+    )
