@@ -110,9 +110,13 @@ def test_results_split_every_round_into_waiting_compute_and_server_work(tmp_path
         assert row["exchanges"] == (4 if first else 2)
         assert row["replies"] == (6 if first else 3)
         assert 0 < row["client_compute_max_s"] <= row["client_compute_s"]
-        # waiting and evaluating are disjoint spans inside the round's wall time
+        # waiting and waiting for an evaluation are disjoint spans inside the
+        # round's wall time; the evaluation itself overlaps the next round
         assert row["wait_s"] > 0 and row["evaluate_s"] > 0
-        assert row["wait_s"] + row["evaluate_s"] <= row["wall_s"]
+        assert row["wait_s"] + row["evaluate_blocked_s"] <= row["wall_s"]
+        assert row["server_s"] == pytest.approx(
+            row["wall_s"] - row["wait_s"] - row["evaluate_blocked_s"]
+        )
     lines = (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()
     logged = [json.loads(line) for line in lines]
     assert "timing" not in logged[0] and [r["timing"] for r in logged[1:]] == [
@@ -171,3 +175,19 @@ def test_evaluating_every_second_round_changes_no_training(tmp_path):
     assert sparse["final"] == every_round["final"]
     log = (tmp_path / "two" / "rounds.jsonl").read_text().splitlines()
     assert "test-accuracy" in json.loads(log[0])["server"]  # round 0: the start
+
+
+def test_evaluating_in_the_background_changes_no_result(tmp_path):
+    serial = run(
+        tiny("sync-sgd", rounds=4, evaluation={"overlap": False}), tmp_path / "a"
+    )
+    overlapped = run(tiny("sync-sgd", rounds=4), tmp_path / "b")
+    assert overlapped["config"]["evaluation"]["overlap"] is True
+    assert overlapped["rounds"] == serial["rounds"]
+    assert overlapped["final"] == serial["final"]
+    for name, values in np.load(tmp_path / "a" / "model.npz").items():
+        assert np.array_equal(np.load(tmp_path / "b" / "model.npz")[name], values)
+    for row in serial["timing"]["rounds"]:  # no overlap: blocked = evaluating
+        assert row["evaluate_blocked_s"] == row["evaluate_s"] > 0
+    logged = (tmp_path / "b" / "rounds.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in logged] == [0, 1, 2, 3, 4]

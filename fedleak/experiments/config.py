@@ -196,6 +196,12 @@ class EvaluationConfig(_Section):
         "the server's evaluation can cost more than the round it measures)",
     )
 
+    overlap: bool = Field(
+        True,
+        description="evaluate round r's model on a background thread while round "
+        "r+1 runs (same numbers; the evaluation leaves the round's critical path)",
+    )
+
     def due(self, server_round: int, last_round: int) -> bool:
         """Whether the server evaluates the global model after ``server_round``."""
         return self.server and (

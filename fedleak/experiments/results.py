@@ -45,19 +45,26 @@ place, so a reader never sees a half-written file.
                              "exchanges": int, "replies": int,
                              "client_compute_s": float,
                              "client_compute_max_s": float,
-                             "evaluate_s": float, "server_s": float}],
+                             "evaluate_s": float,
+                             "evaluate_blocked_s": float, "server_s": float}],
                  "median_after_first": {...medians of the keys above...},
                  "engine": {"engine": str, "poll_interval": float,
                             "wake_ups": bool}}
     }
 
-A round's ``wall_s`` runs from the end of the previous server evaluation to
-the end of its own, so the rounds tile the run. ``wait_s`` is the time spent
-waiting for replies (all message exchanges of the round), ``evaluate_s`` the
-server's evaluation, ``server_s`` the rest of the server's work (sampling,
-building messages, aggregation, recording); ``client_compute_s`` sums the
-handler times the clients reported (``client_compute_max_s`` is the
-largest). Version 1 (before the engine timing) had no ``timing.rounds``,
+A round's ``wall_s`` runs from the end of the previous round to the end of
+its own, so the rounds tile the run; a round ends when its server evaluation
+does, or, with ``[evaluation] overlap`` (the default), when its model exists:
+the evaluation of round r's model then runs on a background thread during
+round r+1. ``wait_s`` is the time spent waiting for replies (all message
+exchanges of the round), ``evaluate_s`` the server's evaluation of the
+round's model, ``evaluate_blocked_s`` the part of the round the server spent
+evaluating or waiting for an evaluation (``evaluate_s`` itself without
+overlap), ``server_s`` the rest of the server's work (sampling, building
+messages, aggregation, recording); ``client_compute_s`` sums the handler
+times the clients reported (``client_compute_max_s`` is the largest).
+Records written before ``evaluate_blocked_s`` existed lack it. Version 1
+(before the engine timing) had no ``timing.rounds``,
 ``median_after_first`` or ``engine``, and its ``round_s`` left out the
 server evaluation; version 2 had no ``status``, ``completed_rounds``,
 ``resumed_from``, ``privacy`` or ``non_finite``. :func:`check_results`

@@ -20,6 +20,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -196,6 +197,11 @@ class RunRecorder:
         self.completed_round = 0
         self.resumed_from: int | None = None
         self.noise: dict[str, Any] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: (
+            tuple[int, dict[str, Any] | None, Future[tuple[dict[str, Any], float]]]
+            | None
+        ) = None
 
     def resume(self, checkpoint_round: int) -> None:
         """Go on after ``checkpoint_round``: keep the rows up to it, drop later ones.
@@ -266,11 +272,19 @@ class RunRecorder:
         result = evaluate(self._model, x, y)
         return {"test-accuracy": result.accuracy, "test-loss": result.loss}
 
-    def _round_timing(self, evaluated: float, evaluate_s: float) -> dict[str, Any]:
+    def _round_timing(
+        self, mark: float, evaluate_s: float, blocked_s: float
+    ) -> dict[str, Any]:
+        """Return the timing row of the span from the last mark to ``mark``.
+
+        ``evaluate_s`` is the evaluation of this round's model,
+        ``blocked_s`` the part of the span the server spent evaluating or
+        waiting for an evaluation (equal unless evaluations overlap rounds).
+        """
         assert self._last_mark is not None
         exchanges = self.grid.take_exchanges() if self.grid is not None else []
         compute = [c for e in exchanges for c in e.compute_s]
-        wall = evaluated - self._last_mark
+        wall = mark - self._last_mark
         wait = sum(e.wait_s for e in exchanges)
         return {
             "wall_s": wall,
@@ -280,29 +294,94 @@ class RunRecorder:
             "client_compute_s": sum(compute),
             "client_compute_max_s": max(compute, default=0.0),
             "evaluate_s": evaluate_s,
-            "server_s": wall - wait - evaluate_s,
+            "evaluate_blocked_s": blocked_s,
+            "server_s": wall - wait - blocked_s,
         }
+
+    def _timed_metrics(self, arrays: ArrayRecord) -> tuple[dict[str, Any], float]:
+        started = time.perf_counter()
+        metrics = self.server_metrics(arrays)
+        return metrics, time.perf_counter() - started
+
+    def _record(
+        self, server_round: int, metrics: dict[str, Any], timing: dict[str, Any] | None
+    ) -> None:
+        row: dict[str, Any] = {"round": server_round, "server": metrics}
+        if timing is not None:
+            row["timing"] = timing
+            self.timings[server_round] = timing
+        self.rows[server_round] = row
+        if self.run_dir is not None:
+            append_jsonl(self.run_dir / "rounds.jsonl", row)
+        if self.on_round is not None:
+            self.on_round(server_round, row)
 
     def evaluate_fn(
         self, server_round: int, arrays: ArrayRecord
     ) -> MetricRecord | None:
         """Record and evaluate one round (the hook of ``Strategy.start``)."""
         entered = time.perf_counter()
+        self.flush()
         self.arrays = arrays
         due = self.config.evaluation.due(server_round, self.config.rounds)
         metrics = self.server_metrics(arrays) if due else {}
         evaluated = time.perf_counter()
-        row: dict[str, Any] = {"round": server_round, "server": metrics}
+        timing = None
         if server_round > 0 and self._last_mark is not None:
-            row["timing"] = self._round_timing(evaluated, evaluated - entered)
-            self.timings[server_round] = row["timing"]
+            spent = evaluated - entered
+            timing = self._round_timing(evaluated, spent, spent)
         self._last_mark = evaluated
-        self.rows[server_round] = row
-        if self.run_dir is not None:
-            append_jsonl(self.run_dir / "rounds.jsonl", row)
-        if self.on_round is not None:
-            self.on_round(server_round, row)
+        self._record(server_round, metrics, timing)
         return MetricRecord(metrics) if metrics else None
+
+    def end_round(self, server_round: int, arrays: ArrayRecord) -> None:
+        """Close round ``server_round`` and evaluate ``arrays`` in the background.
+
+        The round's span ends now, when its model exists; the evaluation of
+        the model (if due) runs on a worker thread while the next round
+        trains, and its row is written by the next :meth:`end_round` or by
+        :meth:`flush`, rounds in order. The span's ``evaluate_blocked_s`` is
+        the time spent here waiting for the previous round's evaluation.
+        Same numbers as :meth:`evaluate_fn`: the evaluation reads only
+        ``arrays``, which no later round changes.
+        """
+        entered = time.perf_counter()
+        self.flush()
+        now = time.perf_counter()
+        self.arrays = arrays
+        timing = None
+        if self._last_mark is not None:
+            timing = self._round_timing(now, 0.0, now - entered)
+        self._last_mark = now
+        if not self.config.evaluation.due(server_round, self.config.rounds):
+            self._record(server_round, {}, timing)
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                1, thread_name_prefix="fedleak-evaluate"
+            )
+        future = self._executor.submit(self._timed_metrics, arrays)
+        self._pending = (server_round, timing, future)
+
+    def flush(self) -> None:
+        """Wait for the evaluation :meth:`end_round` started, if any; write its row."""
+        if self._pending is None:
+            return
+        server_round, timing, future = self._pending
+        self._pending = None
+        metrics, evaluate_s = future.result()
+        if timing is not None:
+            timing["evaluate_s"] = evaluate_s
+        self._record(server_round, metrics, timing)
+
+    def close(self) -> None:
+        """Write any pending evaluation's row; stop the evaluation thread."""
+        try:
+            self.flush()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
 
 
 def _engine_grid(
@@ -491,6 +570,7 @@ def run_federation(
         clients,
         first - 1,
     )
+    overlap = config.evaluation.overlap
     with native_threads(config.federation.server_threads):
         try:
             if first == 1:
@@ -499,12 +579,19 @@ def run_federation(
                 if control is not None and control.requested:
                     break
                 model = rounds.run(server_round, arrays, result)
-                recorder.evaluate_fn(server_round, model)
+                if overlap:
+                    recorder.end_round(server_round, model)
+                else:
+                    recorder.evaluate_fn(server_round, model)
                 arrays = model
                 recorder.completed_round = server_round
+                if checkpoints.due(server_round):
+                    recorder.flush()  # a checkpoint's rows are all on disk
                 checkpoints.after_round(server_round, model, result)
         except RunStopped:
             pass  # the round in progress is abandoned; its rows were not written
+        finally:
+            recorder.close()
     stopped = recorder.completed_round < config.rounds
     if stopped:
         checkpoints.after_stop(recorder.completed_round)
