@@ -706,6 +706,31 @@ def run_dpgm_bench(
     return report.write()
 
 
+def _quality_table(fig_5_4: dict[str, Any]) -> Table:
+    quality = Table("model", "epsilon", "sample MMD^2", "SE")
+    for label, model in fig_5_4["models"].items():
+        mmd = model["sample_mmd2"]
+        quality.add_row(
+            label, f"{model['epsilon']:.3g}", f"{mmd['mmd2']:.4f}", f"{mmd['se']:.4f}"
+        )
+    floor = fig_5_4["quality"]["real_vs_real"]
+    quality.add_row("real vs real", "", f"{floor['mmd2']:.4f}", f"{floor['se']:.4f}")
+    return quality
+
+
+def _size_table(sizes: dict[str, Any]) -> Table:
+    table = Table("records", "DPGM all", "DPGM any", "MWEM all", "items/sample")
+    for n, row in sizes.items():
+        table.add_row(
+            n,
+            f"{row['dpgm_all']:.4f}",
+            f"{row['dpgm_any']:.4f}",
+            f"{row['mwem_all']:.4f}",
+            f"{row['avg_items_per_sample']:.1f}",
+        )
+    return table
+
+
 def command(
     out: OutOption = Path("bench-dpgm.json"),
     quick: Annotated[
@@ -741,34 +766,12 @@ def command(
             quick=quick,
             progress=say,
         )
-        quality = Table("model", "epsilon", "sample MMD^2", "SE")
-        floor = scored["fig_5_4"]["quality"]["real_vs_real"]
-        for label, model in scored["fig_5_4"]["models"].items():
-            mmd = model["sample_mmd2"]
-            quality.add_row(
-                label,
-                f"{model['epsilon']:.3g}",
-                f"{mmd['mmd2']:.4f}",
-                f"{mmd['se']:.4f}",
-            )
-        quality.add_row(
-            "real vs real", "", f"{floor['mmd2']:.4f}", f"{floor['se']:.4f}"
-        )
-        console.print(quality)
+        console.print(_quality_table(scored["fig_5_4"]))
         written(out)
         return
     if size_check:
         checked = run_dpgm_size_check(out, seed=seed, progress=say)
-        sizes = Table("records", "DPGM all", "DPGM any", "MWEM all", "items/sample")
-        for n, row in checked["fig_5_5_size"].items():
-            sizes.add_row(
-                n,
-                f"{row['dpgm_all']:.4f}",
-                f"{row['dpgm_any']:.4f}",
-                f"{row['mwem_all']:.4f}",
-                f"{row['avg_items_per_sample']:.1f}",
-            )
-        console.print(sizes)
+        console.print(_size_table(checked["fig_5_5_size"]))
         written(out)
         return
     report = run_dpgm_bench(
