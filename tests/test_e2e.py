@@ -110,8 +110,8 @@ def test_results_split_every_round_into_waiting_compute_and_server_work(tmp_path
         assert row["exchanges"] == (4 if first else 2)
         assert row["replies"] == (6 if first else 3)
         assert 0 < row["client_compute_max_s"] <= row["client_compute_s"]
-        # waiting and waiting for an evaluation are disjoint spans inside the
-        # round's wall time; the evaluation itself overlaps the next round
+        # waiting for replies and evaluating are disjoint spans inside the
+        # round's wall time
         assert row["wait_s"] > 0 and row["evaluate_s"] > 0
         assert row["wait_s"] + row["evaluate_blocked_s"] <= row["wall_s"]
         assert row["server_s"] == pytest.approx(
@@ -178,11 +178,11 @@ def test_evaluating_every_second_round_changes_no_training(tmp_path):
 
 
 def test_evaluating_in_the_background_changes_no_result(tmp_path):
-    serial = run(
-        tiny("sync-sgd", rounds=4, evaluation={"overlap": False}), tmp_path / "a"
+    serial = run(tiny("sync-sgd", rounds=4), tmp_path / "a")
+    overlapped = run(
+        tiny("sync-sgd", rounds=4, evaluation={"overlap": True}), tmp_path / "b"
     )
-    overlapped = run(tiny("sync-sgd", rounds=4), tmp_path / "b")
-    assert overlapped["config"]["evaluation"]["overlap"] is True
+    assert serial["config"]["evaluation"]["overlap"] is False  # the default
     assert overlapped["rounds"] == serial["rounds"]
     assert overlapped["final"] == serial["final"]
     for name, values in np.load(tmp_path / "a" / "model.npz").items():

@@ -197,9 +197,11 @@ class EvaluationConfig(_Section):
     )
 
     overlap: bool = Field(
-        True,
+        False,
         description="evaluate round r's model on a background thread while round "
-        "r+1 runs (same numbers; the evaluation leaves the round's critical path)",
+        "r+1 runs (same numbers); helps where the server has a CPU of its own: on "
+        "2 CPUs shared with 2 Ray actors the quickstart's round stayed at 0.041 s, "
+        "its evaluation and client compute slowed by the contention",
     )
 
     def due(self, server_round: int, last_round: int) -> bool:

@@ -54,7 +54,7 @@ place, so a reader never sees a half-written file.
 
 A round's ``wall_s`` runs from the end of the previous round to the end of
 its own, so the rounds tile the run; a round ends when its server evaluation
-does, or, with ``[evaluation] overlap`` (the default), when its model exists:
+does, or, with ``[evaluation] overlap = true``, when its model exists:
 the evaluation of round r's model then runs on a background thread during
 round r+1. ``wait_s`` is the time spent waiting for replies (all message
 exchanges of the round), ``evaluate_s`` the server's evaluation of the
