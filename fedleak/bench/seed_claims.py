@@ -920,8 +920,8 @@ def _fig_4_11(records: Records) -> Finding:
         f"abs. error no DP / eps 0.5 / eps 0.01: {_f(base, 1)} / {_f(at, 1)} / "
         f"{_f(rows[0.01], 1)}",
         "n/a (no model)",
-        f"{median['parameters']['repetitions']} repetitions; Laplace scale "
-        "xi*d/eps (interpretation)",
+        f"{median['parameters']['repetitions']} repetitions; interpretations: "
+        "Laplace scale xi*d/eps, one ElGamal generator for the seed's g1, g2",
         verdict,
         reason,
     )
