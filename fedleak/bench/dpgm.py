@@ -410,6 +410,28 @@ def _fig_5_4(
 
 
 # ------------------------------------------------------------------- plots
+def _save_figure(out: Path, fig: Any, tag: str) -> str:
+    """Write ``fig`` as ``<out stem>-<tag>.png`` next to ``out``, close it; the name."""
+    import matplotlib.pyplot as plt
+
+    path = out.with_name(f"{out.stem}-{tag}.png")
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path.name
+
+
+def _start_record(
+    out: Path, seed: int, progress: Say | None
+) -> tuple[BenchRecord, Say, float]:
+    """One torch thread; the record (with its seed), the progress line, the clock."""
+    import torch
+
+    torch.set_num_threads(1)
+    report = BenchRecord("dpgm", Path(out))
+    report["seed"] = seed
+    return report, progress or (lambda _text: None), time.perf_counter()
+
+
 def _plot(out: Path, report: dict[str, Any], grids: dict[str, Any]) -> dict[str, str]:
     import matplotlib
 
@@ -419,10 +441,7 @@ def _plot(out: Path, report: dict[str, Any], grids: dict[str, Any]) -> dict[str,
     written: dict[str, str] = {}
 
     def save(fig: Any, tag: str) -> None:
-        path = out.with_name(f"{out.stem}-{tag}.png")
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-        plt.close(fig)
-        written[tag] = path.name
+        written[tag] = _save_figure(out, fig, tag)
 
     f52 = report["fig_5_2"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -535,27 +554,17 @@ def run_dpgm_sample_quality(
     ``<stem>-fig5_4.png``.
     """
     import matplotlib
-    import torch
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    torch.set_num_threads(1)
-    say = progress or (lambda _text: None)
-    started = time.perf_counter()
-    report = BenchRecord("dpgm", Path(out))
+    report, say, started = _start_record(out, seed, progress)
     report["quick"] = quick
-    report["seed"] = seed
     report["what"] = "fig 5.4 at the seed's epochs, samples scored by MMD^2"
     report["fig_5_4"], grids = _fig_5_4(
         quick, seed, say, epochs=epochs, nonprivate=True
     )
     report.write()  # the figures are kept whatever happens to the plot
-    path = out.with_name(f"{out.stem}-fig5_4.png")
-    fig = _sample_grids_figure(report["fig_5_4"], grids)
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    report["plots"] = {"fig5_4": path.name}
+    figure = _sample_grids_figure(report["fig_5_4"], grids)
+    report["plots"] = {"fig5_4": _save_figure(out, figure, "fig5_4")}
     return report.finish(started)
 
 
@@ -575,13 +584,7 @@ def run_dpgm_size_check(
     errors should fall towards the seed's as the stand-in grows. Same
     settings as :func:`run_dpgm_bench`'s Fig. 5.5 (k = 1, 3 epochs).
     """
-    import torch
-
-    torch.set_num_threads(1)
-    say = progress or (lambda _text: None)
-    started = time.perf_counter()
-    report = BenchRecord("dpgm", Path(out))
-    report["seed"] = seed
+    report, say, started = _start_record(out, seed, progress)
     report["what"] = "fig 5.5 at eps = 1 vs the number of CDR-like records"
     sizes: dict[str, Any] = {}
     for n in SIZE_CHECK_RECORDS:
@@ -635,14 +638,8 @@ def run_dpgm_bench(
     dict
         The report written to ``out``.
     """
-    import torch
-
-    torch.set_num_threads(1)
-    say = progress or (lambda _text: None)
-    started = time.perf_counter()
-    report = BenchRecord("dpgm", Path(out))
+    report, say, started = _start_record(out, seed, progress)
     report["quick"] = quick
-    report["seed"] = seed
     report["malloc_tuned"] = os.environ.get("MALLOC_MMAP_MAX_") == "0"
     say("fig 5.2: epsilon vs epochs")
     report["fig_5_2"] = _fig_5_2(quick)
