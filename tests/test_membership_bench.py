@@ -82,4 +82,28 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
             assert row["property_note"] is None
         assert row["property_auc_dp_aware"] is None  # record-level DP rows only
         assert "model_auc" in row and "model_accuracy" in row
+    # Table 7.5's denominator: a batch's gradient is partly zero (the rows
+    # of absent words), so shares above its density drop nothing
+    assert 0.05 < report["setup"]["update_density"] < 0.95
     assert (tmp_path / "defenses-tables.png").is_file()
+
+
+@pytest.mark.in_default_run  # seconds: no simulation
+def test_update_density_counts_the_non_zero_share_of_a_batch_gradient() -> None:
+    from fedleak.attacks.membership.simulation import MembershipSetup
+
+    from fedleak.bench.defenses import _dataset, _update_density
+
+    data, _ = _dataset(True, 0)
+    setup = MembershipSetup(
+        model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=10
+    )
+    density = _update_density(data, setup, 0)
+    # every layer but the embedding matrix is dense; of the matrix a batch
+    # touches only its words' rows
+    assert 0.0 < density < 1.0
+    assert density == _update_density(data, setup, 0)  # seeded
+    bigger = MembershipSetup(
+        model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=40
+    )
+    assert _update_density(data, bigger, 0) > density  # more words, more rows

@@ -79,7 +79,11 @@ def test_fig_7_6_rule(aucs, accuracy, verdict):
     assert assess(_claim("000 Fig. 7.6"), _active(aucs, accuracy)).verdict == verdict
 
 
-def _share(aucs: list[float]) -> dict[str, Any]:
+def _share(
+    aucs: list[float],
+    shares: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0),
+    bags: tuple[float | None, ...] | None = None,
+) -> dict[str, Any]:
     rows = [
         {
             "table": "share_fraction",
@@ -88,19 +92,22 @@ def _share(aucs: list[float]) -> dict[str, Any]:
             "model_accuracy": 0.9,
             "model_auc": 0.95,
             "rounds": 100,
+            "mean_bag_size": None if bags is None else bags[i],
         }
-        for s, a in zip([0.01, 0.1, 0.5, 1.0], aucs, strict=True)
+        for i, (s, a) in enumerate(zip(shares, aucs, strict=True))
     ]
-    setup = {"num_train": 10, "property_rounds": 240}
+    setup = {"num_train": 10, "property_rounds": 240, "update_density": 0.34}
     return {"defenses": {"rows": rows, "setup": setup}}
 
 
 @pytest.mark.parametrize(
     ("aucs", "verdict", "words"),
     [
-        ([0.60, 0.80, 0.88, 0.93], "reproduced", "falls"),
+        ([0.60, 0.80, 0.88, 0.93], "reproduced", "falls by 0.130"),
+        ([0.50, 0.66, 0.66, 0.66], "partly", "not within the seed's 10-100%"),
         ([0.754, 0.767, 0.768, 0.768], "not reproduced", "flat"),  # old record
         ([0.90, 0.80, 0.75, 0.70], "not reproduced", "rises"),
+        ([0.60, 0.93, 0.60, 0.93], "not reproduced", "flat"),  # not monotone
     ],
 )
 def test_table_7_5_rule_weighs_the_change_against_its_standard_error(
@@ -109,6 +116,21 @@ def test_table_7_5_rule_weighs_the_change_against_its_standard_error(
     finding = assess(_claim("000 Table 7.5"), _share(aucs))
     assert finding.verdict == verdict
     assert words in finding.reason
+
+
+def test_table_7_5_rule_reads_the_seed_share_and_the_visible_words():
+    # the fall from 100% is read at the seed's smallest share (10%), not at
+    # a smaller one, and the reason says what the update still shows there
+    shares = (0.003, 0.03, 0.1, 0.5, 1.0)
+    finding = assess(
+        _claim("000 Table 7.5"),
+        _share([0.50, 0.62, 0.649, 0.65, 0.65], shares, (30, 80, 98, 118, 118)),
+    )
+    assert finding.verdict == "partly"
+    assert "0.649 at 0.1 vs 0.650 at 100%" in finding.reason
+    assert "still shows 98 of 118 words" in finding.reason
+    assert "non-zero share of an update 34%" in finding.reason
+    assert "0.003 / 0.030 / 0.100 / 0.500 / 1.000" in finding.fedleak
 
 
 def test_auc_standard_error_is_hanley_mcneil():

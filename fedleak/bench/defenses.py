@@ -35,10 +35,13 @@ Tables (seed figures for comparison in the JSON):
 ``vocabulary`` (Table 7.6)
     top-``N`` venues; the adversary tests a record's restricted bag.
 ``share_fraction`` (Table 7.5)
-    fraction of the update's coordinates the target uploads (1/10/50/100%;
-    the top-k is over the whole update, and a batch's words occupy a few
-    percent of its coordinates, so their rows survive until the fraction
-    falls below that).
+    fraction of the update's coordinates the target uploads, the largest
+    by magnitude over the whole update (0.3/1/3/10/50/100%: the seed's
+    10/50/100% and three smaller shares). The record's
+    ``setup.update_density`` is the measured share of non-zero coordinates
+    of a batch's gradient; the embedding rows of the batch's words are its
+    largest entries, so they survive every share down to a few percent
+    (``mean_bag_size`` per row: the words still visible).
 ``dropout`` (Table 7.7)
     dropout after the max-pool layer, p = 0.1 ... 0.9.
 ``participant_dp`` (Ch. 7.3.4)
@@ -72,6 +75,7 @@ from rich.table import Table
 from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     SimulationOutcome,
+    inputs_and_model,
     simulate_membership,
 )
 from fedleak.attacks.property.simulation import simulate_property
@@ -80,6 +84,7 @@ from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError, DataError
 from fedleak.files import write_figure
+from fedleak.training import batch_gradient
 
 from .console import fmt, say, written
 from .console import out as console
@@ -90,6 +95,7 @@ from .record import BenchRecord, record_path
 __all__ = [
     "AUX_BATCHES",
     "HOME_FRACTION",
+    "SHARE_FRACTIONS",
     "TABLES",
     "run_defenses_bench",
 ]
@@ -108,10 +114,18 @@ _FEATURE_NAMES: Final = {
     "bow": "bag of words of the embedding update, logistic regression",
 }
 
-PROPERTY_ROUNDS: Final = 240
+PROPERTY_ROUNDS: Final = 480
 """Rounds of the property simulation (half of them property batches). With 60
 rounds the AUC's standard error (Hanley-McNeil, 30 + 30 scores) was about
-0.06, as large as the seed's gaps in Tables 7.5 and 7.7; 240 halves it."""
+0.06, as large as the seed's gaps in Tables 7.5 and 7.7; 480 cuts it to
+about 0.025 (the difference of two AUCs: 0.035)."""
+
+SHARE_FRACTIONS: Final = (0.003, 0.01, 0.03, 0.1, 0.5, 1.0)
+"""Shares of Table 7.5: the seed's 10/50/100% and three smaller ones, where
+the top-k starts to cut the embedding rows of the batch's words."""
+
+DENSITY_BATCHES: Final = 20
+"""Batches whose gradients give ``setup.update_density``."""
 
 PROPERTY_FEATURES: Final = "embedding"
 """Features of the property classifier: the seed's global max pooling of every
@@ -240,11 +254,29 @@ def _settings(quick: bool, vocab: int) -> dict[str, list[Any]]:
         }
     return {
         "vocabulary": [None, *[n for n in (1000, 300, 100) if n < vocab]],
-        "share_fraction": [0.01, 0.1, 0.5, 1.0],
+        "share_fraction": list(SHARE_FRACTIONS),
         "dropout": [0.1, 0.5, 0.9],
         "participant_dp": [0.3, 1.0, 4.0],
         "record_dp": [0.5, 1.0, 4.0],
     }
+
+
+def _update_density(data: TextDataset, setup: MembershipSetup, seed: int) -> float:
+    """Median share of non-zero coordinates in a batch's gradient (initial model).
+
+    The denominator of Table 7.5's shares: a top-k share above it drops
+    nothing. Measured on :data:`DENSITY_BATCHES` random batches.
+    """
+    x, y, model, _ = inputs_and_model(data, setup, np.random.SeedSequence([seed, 75]))
+    rng = np.random.default_rng([seed, 75])
+    shares = []
+    for _ in range(DENSITY_BATCHES):
+        batch = np.sort(rng.choice(x.shape[0], setup.batch_size, replace=False))
+        index = torch.from_numpy(batch)
+        grads, _, _ = batch_gradient(model, x[index], y[index])
+        nonzero = sum(int(np.count_nonzero(g)) for g in grads.values())
+        shares.append(nonzero / sum(g.size for g in grads.values()))
+    return float(np.median(shares))
 
 
 def _setup_for(table: str, setting: Any, base: MembershipSetup) -> MembershipSetup:
@@ -314,8 +346,9 @@ def run_defenses_bench(
         CI-sized data (800 users instead of 2,000), embedding 16 instead of
         32, 5 epochs instead of 2 (the quick target has a third of the
         records, hence a third of the rounds per epoch), one or two
-        settings per table, 30 property rounds instead of 60. (The
-        default takes about 3 minutes on a loaded 2-core machine.)
+        settings per table, 30 property rounds instead of
+        :data:`PROPERTY_ROUNDS`. (The default takes about 40 minutes on a
+        2-core machine, most of it in the record-level DP rows.)
     seed : int
         Seed of everything.
     progress : callable, optional
@@ -407,6 +440,7 @@ def _run(
             "epochs": base.epochs,
             "learning_rate": base.learning_rate,
             "property_rounds": property_rounds,
+            "update_density": _update_density(data, base, seed),
             "property_aux_batches": AUX_BATCHES,
             "home_fraction": HOME_FRACTION,
             "num_train": int(data.x_train.shape[0]),

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 4
+CLAIMS_VERSION: Final = 5
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -525,15 +525,49 @@ def _defenses_scale(records: Records) -> str:
     )
 
 
+SEED_SMALLEST_SHARE: Final = 0.1
+"""The smallest share of Table 7.5 (10%)."""
+
+
+def _share_reason(rows: Sequence[Mapping[str, Any]], at: int) -> str:
+    """Say how many of the batch's words the target's update still shows."""
+    seen, whole = rows[at].get("mean_bag_size"), rows[-1].get("mean_bag_size")
+    if seen is None or whole is None:
+        return ""
+    return (
+        f"; at {float(rows[at]['setting']):g} the update still shows "
+        f"{float(seen):.0f} of {float(whole):.0f} words of a batch"
+    )
+
+
 def _table_7_5(records: Records) -> Finding:
     rows = _defense_rows(records, "share_fraction")
     shares = [float(r["setting"]) for r in rows]
     aucs = [float(r["property_auc"]) for r in rows]
+    at_seed = min(
+        (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
+        default=0,
+    )
+    seed_drop = aucs[-1] - aucs[at_seed]  # all shared minus the seed's 10%
     drop = aucs[-1] - aucs[0]  # all shared minus the smallest share
     se = _difference_se(records, aucs[-1], aucs[0])
-    if drop > 2 * se and monotone(aucs, increasing=True, tol=2 * se):
+    falls = monotone(aucs, increasing=True, tol=2 * se)
+    density = records["defenses"]["setup"].get("update_density")
+    dense = "" if density is None else f" (non-zero share of an update {density:.0%})"
+    if seed_drop > 2 * se and falls:
         verdict: Verdict = "reproduced"
-        reason = f"AUC falls by {_f(drop)} (> 2 SE = {_f(2 * se)}) as less is shared"
+        reason = (
+            f"AUC falls by {_f(seed_drop)} (> 2 SE = {_f(2 * se)}) from 100% to "
+            f"{shares[at_seed]:g} shared (seed: 0.93 -> 0.84)"
+        )
+    elif drop > 2 * se and falls:
+        verdict = "partly"
+        reason = (
+            f"AUC falls as less is shared, by {_f(drop)} (> 2 SE = {_f(2 * se)}) "
+            f"at {shares[0]:g}, but not within the seed's 10-100%: "
+            f"{_f(aucs[at_seed])} at {shares[at_seed]:g} vs {_f(aucs[-1])} at "
+            f"100%{dense}{_share_reason(rows, at_seed)}"
+        )
     elif drop < -2 * se:
         verdict = "not reproduced"
         reason = f"AUC rises by {_f(-drop)} (> 2 SE = {_f(2 * se)}) as less is shared"
@@ -541,12 +575,12 @@ def _table_7_5(records: Records) -> Finding:
         verdict = "not reproduced"
         reason = (
             f"flat: AUC {_f(aucs[-1])} at 100% vs {_f(aucs[0])} at {shares[0]:g}, "
-            f"within 2 SE = {_f(2 * se)} (seed: 0.93 vs 0.84)"
+            f"within 2 SE = {_f(2 * se)} (seed: 0.93 vs 0.84){dense}"
         )
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
-        f"property AUC {_series(aucs)} at share {_series(shares, 2)}",
+        f"property AUC {_series(aucs)} at share {_series(shares, 3)}",
         _utility(_accuracies(rows, "model_auc"), "model AUC"),
         _defenses_scale(records),
         verdict,
