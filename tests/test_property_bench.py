@@ -132,3 +132,25 @@ def test_quick_rounds_adds_a_run_whose_target_never_has_the_property(tmp_path):
     scores = runs["absent"]["series"]["scores"]
     assert absent["median_score"] == pytest.approx(float(np.median(scores)))
     assert absent["max_score"] == max(scores)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "window"),
+    [(None, None), (2500, [500, 1500]), (250, [50, 150]), (1000, [200, 600])],
+)
+def test_fig_7_5_window_keeps_the_thesis_fractions_of_a_shorter_run(
+    rounds, window, tmp_path
+):
+    from fedleak.bench.property import _Settings, _window_overrides
+
+    s = _Settings(tmp_path / "r.json", False, 0, rounds, None, None, False, print)
+    expected = [] if window is None else [f"target.property_rounds={window}"]
+    assert _window_overrides(s) == expected
+
+
+def test_fig_7_5_window_refuses_a_run_too_short_for_it(tmp_path):
+    from fedleak.bench.property import _Settings, _window_overrides
+
+    s = _Settings(tmp_path / "r.json", False, 0, 4, None, None, False, print)
+    with pytest.raises(ConfigError, match="--rounds 4 is too few"):
+        _window_overrides(s)

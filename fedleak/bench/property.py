@@ -393,10 +393,28 @@ def _fraction(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[
     return rows, {"auc": {r["label"]: r["auc"] for r in rows}}, [plot]
 
 
-def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    overrides: list[str] = []
+def _window_overrides(s: _Settings) -> list[str]:
+    """Return the overrides that scale Fig. 7.5's property window to ``--rounds``.
+
+    The experiment file holds the thesis' window (iterations 500-1,500 of
+    2,500); a run of other length keeps it at the same fractions of the run.
+    """
     if s.quick:
-        overrides = ["target.property_rounds=[10, 25]"]
+        return ["target.property_rounds=[10, 25]"]
+    if s.rounds is None:
+        return []
+    config = load_config(_config_path("rounds"))
+    start, stop = (b * s.rounds // config.rounds for b in config.target.property_rounds)
+    if start < 1 or stop <= start:
+        raise ConfigError(
+            f"--rounds {s.rounds} is too few for the property window "
+            f"{list(config.target.property_rounds)} of {config.rounds} rounds"
+        )
+    return [f"target.property_rounds=[{start}, {stop}]"]
+
+
+def _rounds(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    overrides = _window_overrides(s)
     rows = [_run(s, "rounds", "window", overrides, {})]
     if s.secagg:
         rows.append(_run(s, "rounds", "window-secagg", overrides, {}, secagg=True))
