@@ -73,6 +73,9 @@ ProgressFn = Callable[[str], None]
 
 DATASETS: tuple[str, ...] = ("checkins", "fortunes")
 
+LEARNING_RATE = 0.3
+"""Server step of the joint model (see :func:`default_setup`)."""
+
 #: Seed 000 Table 7.2: (batch size, precision); recall is 1.
 THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
     "yelp-health": ((32, 0.92), (64, 0.84), (128, 0.75), (256, 0.66), (512, 0.62)),
@@ -170,9 +173,15 @@ def default_setup(name: str, *, quick: bool) -> MembershipSetup:
     consensus fit and per-parameter float32 test of
     :meth:`fedleak.attacks.membership.EmbeddingMembership.observe` recover
     exactly the target's words every round (recall 1.0 at every batch size).
+
+    Server step ``lr = 0.3`` (:data:`LEARNING_RATE`): at 0.01 the check-in
+    model was still at chance after 3,000 iterations at batch size 100
+    (test accuracy 0.51, AUC 0.73); at 0.3 it reaches 0.88 (AUC 0.95) in
+    300, and the fortunes model 0.33 against 0.23 (measured, seed 0). The
+    attack's precision moved by less than 0.01 between the two.
     """
     return MembershipSetup(
-        model="text-cnn", embedding_dim=32, epochs=3, learning_rate=0.01
+        model="text-cnn", embedding_dim=32, epochs=3, learning_rate=LEARNING_RATE
     )
 
 
