@@ -380,3 +380,56 @@ def test_fig_5_4_rule_orders_the_mixtures_by_sample_mmd(vae, rbm, verdict):
         assert (
             "without DP noise (sigma_G = sigma_K = 0.001) VAE 0.0210 vs RBM" in reason
         )
+
+
+def _membership(precisions: list[float], accuracy: float, rounds: list[int]) -> Any:
+    batches = [100, 200, 500, 1000, 2000]
+    rows = [
+        {
+            "dataset": "checkins",
+            "batch_size": b,
+            "precision": p,
+            "recall": 1.0,
+            "model_accuracy": accuracy,
+            "num_rounds": r,
+        }
+        for b, p, r in zip(batches, precisions, rounds, strict=True)
+    ]
+    seed = {
+        "foursquare": [
+            [b, p] for b, p in zip(batches, [0.99, 0.98, 0.91, 0.76, 0.62], strict=True)
+        ],
+        "yelp-health": [],
+    }
+    return {
+        "membership": {
+            "rows": rows,
+            "thesis_table_7_2": seed,
+            "precision_falls_with_batch": {"checkins": True},
+            "setups": {"checkins": {"epochs": 3}},
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("precisions", "accuracy", "verdict"),
+    [
+        ([0.99, 0.97, 0.90, 0.80, 0.70], 0.88, "reproduced"),
+        ([0.99, 0.97, 0.90, 0.80, 0.70], 0.51, "partly"),  # model at chance
+        ([0.99, 0.97, 0.90, 0.80, 0.45], 0.88, "partly"),  # a gap of 0.17
+    ],
+)
+def test_table_7_2_rule_needs_the_seed_numbers_and_a_trained_model(
+    precisions, accuracy, verdict
+):
+    rounds = [300] * 5
+    finding = assess(_claim("000 Table 7.2"), _membership(precisions, accuracy, rounds))
+    assert finding.verdict == verdict
+    assert finding.scale.startswith("300/3000 it. = 0.10 at every batch size")
+
+
+def test_table_7_2_scale_names_epochs_when_the_runs_differ_in_length():
+    record = _membership([0.99] * 5, 0.9, [75, 39, 15, 9, 6])
+    assert assess(_claim("000 Table 7.2"), record).scale.startswith(
+        "6-75/3000 it. (3 epochs)"
+    )

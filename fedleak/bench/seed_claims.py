@@ -459,12 +459,13 @@ def _table_7_2(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     its = [int(r["num_rounds"]) for r in rec["rows"]]
     epochs = {s.get("epochs") for s in rec.get("setups", {}).values()}
+    scale = (
+        f"{its[0]}/3000 it. = {its[0] / 3000:.2f} at every batch size"
+        if min(its) == max(its)
+        else f"{min(its)}-{max(its)}/3000 it. ({'/'.join(map(str, epochs))} epochs)"
+    )
     return Finding(
-        "; ".join(parts),
-        _utility(accs, "model acc"),
-        f"{min(its)}-{max(its)}/3000 it. ({'/'.join(map(str, epochs))} epochs)",
-        verdict,
-        reason,
+        "; ".join(parts), _utility(accs, "model acc"), scale, verdict, reason
     )
 
 
