@@ -131,6 +131,13 @@ def test_table_7_5_rule_reads_the_seed_share_and_the_visible_words():
     assert "still shows 98 of 118 words" in finding.reason
     assert "non-zero share of an update 34%" in finding.reason
     assert "0.003 / 0.030 / 0.100 / 0.500 / 1.000" in finding.fedleak
+    flat = assess(
+        _claim("000 Table 7.5"),
+        _share([0.60, 0.62, 0.62, 0.63, 0.63], shares, (30, 80, 98, 118, 118)),
+    )
+    assert flat.verdict == "not reproduced"
+    assert flat.reason.startswith("flat: AUC 0.630 at 100% vs 0.600 at 0.003")
+    assert "still shows 98 of 118 words" in flat.reason
 
 
 def test_auc_standard_error_is_hanley_mcneil():

@@ -577,6 +577,7 @@ def _table_7_5(records: Records) -> Finding:
         reason = (
             f"flat: AUC {_f(aucs[-1])} at 100% vs {_f(aucs[0])} at {shares[0]:g}, "
             f"within 2 SE = {_f(2 * se)} (seed: 0.93 vs 0.84){dense}"
+            f"{_share_reason(rows, at_seed)}"
         )
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
