@@ -61,6 +61,7 @@ Tables (seed figures for comparison in the JSON):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -227,7 +228,10 @@ def _row(
     return {
         "table": table,
         "setting": setting,
-        "membership_precision": outcome.scores.precision,
+        # undefined (None) when the attack judged no record a member
+        "membership_precision": (
+            None if math.isnan(outcome.scores.precision) else outcome.scores.precision
+        ),
         "membership_recall": outcome.scores.recall,
         "mean_bag_size": outcome.scores.mean_bag_size,
         "property_auc": auc,
@@ -421,7 +425,7 @@ def _run(
             eps = row["record_epsilon"] or row["participant_epsilon"]
             say(
                 f"{table}={setting}: membership precision "
-                f"{row['membership_precision']:.3f} recall "
+                f"{fmt(row['membership_precision'])} recall "
                 f"{row['membership_recall']:.3f}, property AUC "
                 f"{fmt(row['property_auc'])}, model AUC {row['model_auc']:.3f}"
                 + (f", epsilon {eps:.3g}" if eps is not None else "")
