@@ -107,3 +107,37 @@ def test_update_density_counts_the_non_zero_share_of_a_batch_gradient() -> None:
         model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=40
     )
     assert _update_density(data, bigger, 0) > density  # more words, more rows
+
+
+@pytest.mark.in_default_run  # seconds: the rows are stubbed
+def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedleak.bench.defenses as bench
+
+    calls: list[tuple[str, object]] = []
+
+    def row(table, setting, *_args, **_kwargs):
+        calls.append((table, setting))
+        if len(calls) == 2:
+            raise RuntimeError("the second row fails")
+        return {
+            "table": table,
+            "setting": setting,
+            "membership_precision": None,
+            "membership_recall": 0.0,
+            "property_auc": 0.6,
+            "model_auc": 0.9,
+            "record_epsilon": None,
+            "participant_epsilon": None,
+            "wall_s": 1.0,
+        }
+
+    monkeypatch.setattr(bench, "_row", row)
+    out = tmp_path / "defenses.json"
+    with pytest.raises(RuntimeError, match="second row"):
+        bench.run_defenses_bench(out, tables=("share_fraction",), quick=True)
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False
+    assert [(r["table"], r["setting"]) for r in kept["rows"]] == [calls[0]]
+    assert kept["setup"]["property_rounds"] == 30

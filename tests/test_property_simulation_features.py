@@ -49,3 +49,56 @@ def test_unknown_features_are_refused():
         simulate_property(
             nothing, np.zeros(0, bool), nothing, rounds=1, seed=0, features="words"
         )
+
+
+def _server_change(lr: float) -> tuple[dict[str, np.ndarray], ...]:
+    rng = np.random.default_rng(1)
+    shape = {EMBEDDING_KEY: (5, 3), "fc.weight": (2, 3)}
+    params = {k: rng.normal(size=s) for k, s in shape.items()}
+    own = {k: rng.normal(size=s).astype(np.float32) for k, s in shape.items()}
+    others = {k: rng.normal(size=s) for k, s in shape.items()}
+    others[EMBEDDING_KEY][:3] = 0.0  # rows only the adversary touched: the fit's
+    new = {k: params[k] - lr * (own[k] + others[k]) for k in shape}
+    return params, new, own, others
+
+
+@pytest.mark.parametrize("estimate", [float("inf"), float("nan"), -1e300])
+def test_others_update_survives_a_wild_scale_estimate(monkeypatch, estimate):
+    """Under record-level DP noise the own-scale fit can be anything: the
+    others' gradient stays finite, and a non-finite fit falls back to the
+    server's step (the adversary knows sync-SGD's rule)."""
+    from fedleak.attacks.property import simulation as sim
+
+    params, new, own, others = _server_change(0.3)
+    monkeypatch.setattr(sim, "contribution_scale", lambda *_: estimate)
+    read = sim._others_update(params, new, own, 0.3)
+    assert all(np.isfinite(v).all() for v in read.values())
+    if not np.isfinite(estimate):
+        for k in others:
+            np.testing.assert_allclose(read[k], others[k], rtol=1e-6, atol=1e-12)
+
+
+def test_others_update_uses_the_fitted_scale_when_it_is_finite():
+    from fedleak.attacks.property import simulation as sim
+
+    params, new, own, others = _server_change(0.3)
+    read = sim._others_update(params, new, own, 0.3)
+    for k in others:
+        np.testing.assert_allclose(read[k], others[k], rtol=1e-5, atol=1e-6)
+
+
+def test_non_finite_observed_features_are_refused_by_name():
+    from types import SimpleNamespace
+
+    from fedleak.attacks.property import simulation as sim
+
+    from fedleak.errors import DataError
+
+    rounds = SimpleNamespace(
+        features="embedding",
+        aux_x=[np.zeros(3), np.ones(3)] * 4,
+        aux_y=[0, 1] * 4,
+    )
+    observed = [np.ones(3), np.array([1.0, np.inf, 0.0]), np.zeros(3)]
+    with pytest.raises(DataError, match="1 of 3 observed updates"):
+        sim._property_auc(rounds, observed, [1, 0, 1], 0)  # type: ignore[arg-type]

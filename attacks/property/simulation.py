@@ -94,11 +94,20 @@ def _others_update(
 
     The scale of one's own term in the change is estimated from the
     embedding matrix (:func:`contribution_scale`); the rest, divided by
-    ``-learning_rate``, is the others' summed gradient.
+    ``-learning_rate``, is the others' summed gradient. Where noise on every
+    row (record-level DP) leaves no row to fit and the estimate is not
+    finite, the server's step ``-learning_rate`` is the scale: the adversary
+    knows the rule of synchronized SGD. All in float64, so that a large
+    estimate cannot overflow.
     """
     delta = {k: new[k].astype(np.float64) - params[k] for k in params}
     scale = contribution_scale(delta[EMBEDDING_KEY], own[EMBEDDING_KEY])
-    others = {k: delta[k] - scale * own[k] if k in own else delta[k] for k in delta}
+    if not np.isfinite(scale):
+        scale = -learning_rate
+    others = {
+        k: delta[k] - scale * own[k].astype(np.float64) if k in own else delta[k]
+        for k in delta
+    }
     return {k: others[k] / -learning_rate for k in others}
 
 
@@ -214,9 +223,16 @@ def _property_auc(
 ) -> float:
     """Fit the batch property classifier on the auxiliary examples; score the rest."""
     kind = "random-forest" if rounds.features == "max" else "logistic"
+    features = np.stack(observed)
+    if not np.isfinite(features).all():
+        bad = int((~np.isfinite(features).all(axis=1)).sum())
+        raise DataError(
+            f"{bad} of {len(observed)} observed updates have non-finite features "
+            "(the others' gradient could not be read from the model change)"
+        )
     classifier = BatchPropertyClassifier(kind=kind, random_state=seed)
     classifier.fit(np.stack(rounds.aux_x), np.asarray(rounds.aux_y))
-    scores = classifier.predict_proba(np.stack(observed))[:, 1]
+    scores = classifier.predict_proba(features)[:, 1]
     return float(single_batch_auc(np.asarray(truth), scores))
 
 

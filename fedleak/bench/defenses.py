@@ -379,60 +379,17 @@ def _quiet_accountant(record: logging.LogRecord) -> bool:
     return "_compute_log_a_frac failed to converge" not in record.getMessage()
 
 
-def _run(
-    record: BenchRecord,
-    tables: Sequence[str],
+def _header(
+    data: TextDataset,
+    top_region: np.ndarray,
+    base: MembershipSetup,
+    *,
     quick: bool,
     seed: int,
-    say: ProgressFn,
-    started: float,
+    property_rounds: int,
 ) -> dict[str, Any]:
-    data, top_region = _dataset(quick, seed)
-    base = MembershipSetup(
-        model="text-cnn",
-        embedding_dim=16 if quick else 32,
-        cnn_hidden=None,
-        batch_size=10,
-        epochs=5 if quick else 2,
-        learning_rate=0.3,
-    )
-    property_rounds = 30 if quick else PROPERTY_ROUNDS
-    rows: list[dict[str, Any]] = []
-    done: dict[MembershipSetup, dict[str, Any]] = {}
-    for table in tables:
-        for setting in _settings(quick, data.vocab_size)[table]:
-            setup = _setup_for(table, setting, base)
-            if setup in done:  # e.g. no vocabulary limit = sharing 100%
-                first = done[setup]
-                row = {
-                    **first,
-                    "table": table,
-                    "setting": setting,
-                    "same_run_as": [first["table"], first["setting"]],
-                }
-            else:
-                row = _row(
-                    table,
-                    setting,
-                    data,
-                    top_region,
-                    setup,
-                    property_rounds=property_rounds,
-                    seed=seed,
-                )
-                done[setup] = row
-            rows.append(row)
-            eps = row["record_epsilon"] or row["participant_epsilon"]
-            say(
-                f"{table}={setting}: membership precision "
-                f"{fmt(row['membership_precision'])} recall "
-                f"{row['membership_recall']:.3f}, property AUC "
-                f"{fmt(row['property_auc'])}, model AUC {row['model_auc']:.3f}"
-                + (f", epsilon {eps:.3g}" if eps is not None else "")
-                + f" ({row['wall_s']:.1f} s)"
-            )
-    plot_path = record.sibling("tables.png")
-    report: dict[str, Any] = {
+    """Return the record's entries other than its rows."""
+    return {
         "description": __doc__,
         "quick": quick,
         "seed": seed,
@@ -459,12 +416,79 @@ def _run(
             "attacks/property/simulation.py (passive, Alg. 7, "
             f"features {PROPERTY_FEATURES!r})"
         ),
-        "rows": rows,
         "thesis": THESIS,
-        "plots": [plot_path.name],
     }
+
+
+def _say_row(say: ProgressFn, row: dict[str, Any]) -> None:
+    eps = row["record_epsilon"] or row["participant_epsilon"]
+    say(
+        f"{row['table']}={row['setting']}: membership precision "
+        f"{fmt(row['membership_precision'])} recall "
+        f"{row['membership_recall']:.3f}, property AUC "
+        f"{fmt(row['property_auc'])}, model AUC {row['model_auc']:.3f}"
+        + (f", epsilon {eps:.3g}" if eps is not None else "")
+        + f" ({row['wall_s']:.1f} s)"
+    )
+
+
+def _run(
+    record: BenchRecord,
+    tables: Sequence[str],
+    quick: bool,
+    seed: int,
+    say: ProgressFn,
+    started: float,
+) -> dict[str, Any]:
+    """Measure every row; the record is rewritten after each (a crash keeps them)."""
+    data, top_region = _dataset(quick, seed)
+    base = MembershipSetup(
+        model="text-cnn",
+        embedding_dim=16 if quick else 32,
+        cnn_hidden=None,
+        batch_size=10,
+        epochs=5 if quick else 2,
+        learning_rate=0.3,
+    )
+    property_rounds = 30 if quick else PROPERTY_ROUNDS
+    rows = record.start_rows(
+        _header(
+            data,
+            top_region,
+            base,
+            quick=quick,
+            seed=seed,
+            property_rounds=property_rounds,
+        )
+    )
+    done: dict[MembershipSetup, dict[str, Any]] = {}
+    for table in tables:
+        for setting in _settings(quick, data.vocab_size)[table]:
+            setup = _setup_for(table, setting, base)
+            if setup in done:  # e.g. no vocabulary limit = sharing 100%
+                first = done[setup]
+                row = {
+                    **first,
+                    "table": table,
+                    "setting": setting,
+                    "same_run_as": [first["table"], first["setting"]],
+                }
+            else:
+                row = _row(
+                    table,
+                    setting,
+                    data,
+                    top_region,
+                    setup,
+                    property_rounds=property_rounds,
+                    seed=seed,
+                )
+                done[setup] = row
+            record.add_row(row, started)
+            _say_row(say, row)
+    plot_path = record.sibling("tables.png")
     _plot(plot_path, rows, [t for t in TABLES if t in tables])
-    return record.finish(started, report)
+    return record.finish_rows(started, {}, [plot_path.name])
 
 
 def command(
