@@ -440,3 +440,271 @@ def test_table_7_2_scale_names_epochs_when_the_runs_differ_in_length():
     assert assess(_claim("000 Table 7.2"), record).scale.startswith(
         "6-75/3000 it. (3 epochs)"
     )
+
+
+@pytest.fixture
+def quarter_se(monkeypatch):
+    """Fix the SE of a difference at 0.125 (2 SE = 0.25, exact in binary)."""
+    from fedleak.bench import seed_claims
+
+    calls: list[tuple[float, float]] = []
+
+    def se(_records, a, b):
+        calls.append((a, b))
+        return 0.125
+
+    monkeypatch.setattr(seed_claims, "_difference_se", se)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("aucs", "verdict", "reason"),
+    [
+        # a fall of exactly 2 SE is not beyond it, at the seed's 10% or below
+        (
+            [0.5, 0.5, 0.75, 0.75],
+            "not reproduced",
+            "flat: AUC 0.750 at 100% vs 0.500 at 0.01, within 2 SE = 0.250 "
+            "(seed: 0.93 vs 0.84) (non-zero share of an update 34%)",
+        ),
+        (
+            [0.5, 0.75, 0.75, 0.75],
+            "not reproduced",
+            "flat: AUC 0.750 at 100% vs 0.500 at 0.01, within 2 SE = 0.250 "
+            "(seed: 0.93 vs 0.84) (non-zero share of an update 34%)",
+        ),
+        # nor is a rise of exactly 2 SE
+        (
+            [0.75, 0.5, 0.5, 0.5],
+            "not reproduced",
+            "flat: AUC 0.500 at 100% vs 0.750 at 0.01, within 2 SE = 0.250 "
+            "(seed: 0.93 vs 0.84) (non-zero share of an update 34%)",
+        ),
+        (
+            [0.875, 0.5, 0.5, 0.5],
+            "not reproduced",
+            "AUC rises by 0.375 (> 2 SE = 0.250) as less is shared",
+        ),
+        (
+            [0.0, 0.5, 0.75, 0.8125],
+            "reproduced",
+            "AUC falls by 0.312 (> 2 SE = 0.250) from 100% to 0.1 shared "
+            "(seed: 0.93 -> 0.84)",
+        ),
+        # a dip of 0.1 (< 2 SE) is noise; one of 0.3 (> 2 SE) breaks the fall
+        (
+            [0.0, 0.6, 0.5, 1.0],
+            "reproduced",
+            "AUC falls by 0.400 (> 2 SE = 0.250) from 100% to 0.1 shared "
+            "(seed: 0.93 -> 0.84)",
+        ),
+        (
+            [0.0, 0.6, 0.3, 1.0],
+            "not reproduced",
+            "flat: AUC 1.000 at 100% vs 0.000 at 0.01, within 2 SE = 0.250 "
+            "(seed: 0.93 vs 0.84) (non-zero share of an update 34%)",
+        ),
+        (
+            [0.25, 0.625, 0.625, 0.75],
+            "partly",
+            "AUC falls as less is shared, by 0.500 (> 2 SE = 0.250) at 0.01, but "
+            "not within the seed's 10-100%: 0.625 at 0.1 vs 0.750 at 100% "
+            "(non-zero share of an update 34%)",
+        ),
+    ],
+)
+def test_table_7_5_rule_reads_its_thresholds_exactly(quarter_se, aucs, verdict, reason):
+    finding = assess(_claim("000 Table 7.5"), _share(aucs))
+    assert (finding.verdict, finding.reason) == (verdict, reason)
+    assert quarter_se == [(aucs[-1], aucs[0])]  # 100% against the smallest share
+    assert finding.fedleak == (
+        f"property AUC {' / '.join(f'{a:.3f}' for a in aucs)} at share "
+        "0.010 / 0.100 / 0.500 / 1.000"
+    )
+    assert finding.utility == "model AUC 0.95"
+    assert finding.scale == (
+        "100 training rounds, 240 property rounds, 10 records; bag of words"
+    )
+
+
+def test_table_7_5_rule_without_a_measured_density_or_bags(quarter_se):
+    record = _share([0.5, 0.5, 0.75, 0.75])
+    del record["defenses"]["setup"]["update_density"]
+    finding = assess(_claim("000 Table 7.5"), record)
+    assert finding.reason.endswith("(seed: 0.93 vs 0.84)")
+    # words are reported only when both the seed's share and 100% have a bag
+    partial = _share([0.5, 0.5, 0.75, 0.75], bags=(10, 20, 30, None))
+    assert "words" not in assess(_claim("000 Table 7.5"), partial).reason
+    partial = _share([0.5, 0.5, 0.75, 0.75], bags=(10, None, 30, 40))
+    assert "words" not in assess(_claim("000 Table 7.5"), partial).reason
+    both = _share([0.5, 0.5, 0.75, 0.75], bags=(10, 20, 30, 40))
+    assert assess(_claim("000 Table 7.5"), both).reason.endswith(
+        "; at 0.1 the update still shows 20 of 40 words of a batch"
+    )
+
+
+def test_table_7_5_rule_without_the_seed_share_reads_the_largest(quarter_se):
+    record = _share([0.25, 0.5, 0.75], shares=(0.003, 0.01, 0.03))
+    finding = assess(_claim("000 Table 7.5"), record)
+    assert finding.verdict == "reproduced"
+    assert "from 100% to 0.003 shared" in finding.reason
+
+
+def _two_columns(**change: Any) -> Any:
+    """A Table 7.2 record with both columns; ``change`` edits it."""
+    rows = [
+        ("checkins", 100, 0.99, 75, 0.9),
+        ("checkins", 200, 0.95, 39, 0.9),
+        ("checkins", 1000, 0.70, 9, 0.9),  # no B = 500 row: skipped
+        ("fortunes", 32, 0.90, 126, 0.7),
+        ("fortunes", 64, 0.80, 63, 0.7),
+    ]
+    record = {
+        "rows": [
+            {
+                "dataset": d,
+                "batch_size": b,
+                "precision": p,
+                "recall": 1.0,
+                "num_rounds": n,
+                "model_accuracy": a,
+            }
+            for d, b, p, n, a in rows
+        ],
+        "thesis_table_7_2": {
+            "foursquare": [[100, 0.99], [200, 0.98], [500, 0.91], [1000, 0.76]],
+            "yelp-health": [[32, 0.92], [64, 0.84]],
+        },
+        "precision_falls_with_batch": {"checkins": True, "fortunes": True},
+        "setups": {"checkins": {"epochs": 3}, "fortunes": {"epochs": 3}},
+    }
+    record.update(change)
+    return {"membership": record}
+
+
+def test_table_7_2_rule_reads_both_columns_exactly():
+    finding = assess(_claim("000 Table 7.2"), _two_columns())
+    assert finding.fedleak == "checkins 0.990 / 0.950 / 0.700; fortunes 0.900 / 0.800"
+    assert finding.utility == "model acc 0.70-0.90"
+    assert finding.scale == "9-126/3000 it. (3 epochs)"
+    assert finding.verdict == "reproduced"
+    assert finding.reason == "precision falls with the batch, recall 1, |gap| <= 0.06"
+
+
+def test_table_7_2_rule_refuses_a_column_that_does_not_fall_or_a_missed_member():
+    falls = {"checkins": True, "fortunes": False}
+    finding = assess(
+        _claim("000 Table 7.2"), _two_columns(precision_falls_with_batch=falls)
+    )
+    assert (finding.verdict, finding.reason) == (
+        "not reproduced",
+        "precision does not fall or recall < 1",
+    )
+    record = _two_columns()
+    record["membership"]["rows"][0]["recall"] = 0.999
+    assert assess(_claim("000 Table 7.2"), record).verdict == "not reproduced"
+    record = _two_columns()
+    del record["membership"]["precision_falls_with_batch"]
+    assert assess(_claim("000 Table 7.2"), record).verdict == "reproduced"
+
+
+def test_table_7_2_rule_gap_of_exactly_0_1_is_within_and_none_is_partly():
+    exact = _two_columns(
+        rows=[
+            {
+                "dataset": "checkins",
+                "batch_size": 100,
+                "precision": 0.1,
+                "recall": 1.0,
+                "num_rounds": 15,
+                "model_accuracy": 0.9,
+            }
+        ],
+        thesis_table_7_2={"foursquare": [[100, 0.0]], "yelp-health": []},
+    )
+    del exact["membership"]["setups"]
+    finding = assess(_claim("000 Table 7.2"), exact)
+    assert finding.verdict == "reproduced"
+    assert finding.scale == "15/3000 it. = 0.01 at every batch size"
+    exact["membership"]["thesis_table_7_2"]["foursquare"] = [[200, 0.0]]
+    unmatched = assess(_claim("000 Table 7.2"), exact)
+    assert (unmatched.verdict, unmatched.reason) == (
+        "partly",
+        "shape holds; no batch size in common with the seed",
+    )
+
+
+def test_table_7_2_scale_joins_the_epochs_of_both_columns():
+    record = _two_columns(setups={"checkins": {"epochs": 3}, "fortunes": {"epochs": 5}})
+    assert assess(_claim("000 Table 7.2"), record).scale in (
+        "9-126/3000 it. (3/5 epochs)",
+        "9-126/3000 it. (5/3 epochs)",
+    )
+
+
+def test_table_7_2_scale_without_setups():
+    record = _two_columns()
+    del record["membership"]["setups"]
+    assert assess(_claim("000 Table 7.2"), record).scale == "9-126/3000 it. ( epochs)"
+
+
+def test_table_7_2_rule_names_the_largest_gap_when_it_is_beyond_0_1():
+    record = _two_columns()
+    record["membership"]["rows"][2]["precision"] = 0.5  # seed 0.76: gap 0.26
+    finding = assess(_claim("000 Table 7.2"), record)
+    assert (finding.verdict, finding.reason) == (
+        "partly",
+        "shape holds; largest gap to the seed 0.26",
+    )
+    assert finding.fedleak.startswith("checkins 0.990 / 0.950 / 0.500;")
+
+
+def _full(precision: float, accuracy: float, recall: float = 1.0) -> Any:
+    row = {
+        "dataset": "checkins",
+        "batch_size": 100,
+        "precision": precision,
+        "recall": recall,
+        "num_rounds": 3000,
+        "model_accuracy": accuracy,
+        "model_auc": 0.95,
+    }
+    other = {**row, "batch_size": 150}  # not in the seed's table: skipped
+    seed = {"foursquare": [[100, 0.99]], "yelp-health": [[32, 0.92]]}
+    return {"membership-3000": {"rows": [row, other], "thesis_table_7_2": seed}}
+
+
+@pytest.mark.parametrize(
+    ("precision", "accuracy", "recall", "verdict", "reason"),
+    [
+        (
+            0.975,
+            0.88,
+            1.0,
+            "reproduced",
+            "precision within 0.015 of the seed at its scale, recall 1",
+        ),
+        (0.75, 0.88, 1.0, "partly", "recall 1; precision off by 0.240"),
+        (0.975, 0.88, 0.99, "not reproduced", "recall below 1"),
+        (
+            0.975,
+            0.51,
+            1.0,
+            "partly",
+            "precision within 0.015 of the seed at its scale, recall 1; but "
+            "model test accuracy 0.51 < 0.6",
+        ),
+    ],
+)
+def test_table_7_2_at_3000_iterations_rule(
+    precision, accuracy, recall, verdict, reason
+):
+    finding = assess(
+        _claim("000 Table 7.2, 3,000 iterations"), _full(precision, accuracy, recall)
+    )
+    assert (finding.verdict, finding.reason) == (verdict, reason)
+    assert finding.fedleak == (
+        f"checkins B=100: precision {precision:.3f} (seed 0.99), recall {recall:.3f}"
+    )
+    assert finding.utility == f"model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
+    assert finding.scale == "3000/3000 it. = 1.0, smallest batch only"

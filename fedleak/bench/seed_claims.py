@@ -452,7 +452,11 @@ def _table_7_2(records: Records) -> Finding:
         reason = f"precision falls with the batch, recall 1, |gap| <= {_f(worst, 2)}"
     elif recall_one and falls:
         verdict = "partly"
-        reason = f"shape holds; largest gap to the seed {_f(worst, 2)}"
+        reason = (
+            f"shape holds; largest gap to the seed {_f(worst, 2)}"
+            if gaps
+            else "shape holds; no batch size in common with the seed"
+        )
     else:
         verdict, reason = "not reproduced", "precision does not fall or recall < 1"
     accs = _accuracies(rec["rows"], "model_accuracy")
@@ -582,7 +586,7 @@ def _table_7_5(records: Records) -> Finding:
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
-        f"property AUC {_series(aucs)} at share {_series(shares, 3)}",
+        f"property AUC {_series(aucs)} at share {_series(shares)}",
         _utility(_accuracies(rows, "model_auc"), "model AUC"),
         _defenses_scale(records),
         verdict,
