@@ -671,7 +671,7 @@ def _full(precision: float, accuracy: float, recall: float = 1.0) -> Any:
     }
     other = {**row, "batch_size": 150}  # not in the seed's table: skipped
     seed = {"foursquare": [[100, 0.99]], "yelp-health": [[32, 0.92]]}
-    return {"membership-3000": {"rows": [row, other], "thesis_table_7_2": seed}}
+    return {"membership-3000": {"rows": [other, row], "thesis_table_7_2": seed}}
 
 
 @pytest.mark.parametrize(
@@ -708,3 +708,38 @@ def test_table_7_2_at_3000_iterations_rule(
     )
     assert finding.utility == f"model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
     assert finding.scale == "3000/3000 it. = 1.0, smallest batch only"
+
+
+def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
+    record = _full(0.975, 0.88)
+    fortunes = {
+        "dataset": "fortunes",
+        "batch_size": 32,
+        "precision": 0.1,
+        "recall": 1.0,
+        "num_rounds": 1500,
+        "model_accuracy": 0.7,
+        "model_auc": 0.8,
+    }
+    record["membership-3000"]["rows"].append(fortunes)
+    record["membership-3000"]["thesis_table_7_2"]["yelp-health"] = [[32, 0.0]]
+    claim = _claim("000 Table 7.2, 3,000 iterations")
+    finding = assess(claim, record)
+    assert finding.fedleak == (
+        "checkins B=100: precision 0.975 (seed 0.99), recall 1.000; "
+        "fortunes B=32: precision 0.100 (seed 0.0), recall 1.000"
+    )
+    # a gap of exactly 0.1 is within the bar
+    assert (finding.verdict, finding.reason) == (
+        "reproduced",
+        "precision within 0.100 of the seed at its scale, recall 1",
+    )
+    assert finding.scale == "1500/3000/3000 it. = 1.0, smallest batch only"
+    record["membership-3000"]["thesis_table_7_2"] = {
+        "foursquare": [[5, 0.9]],
+        "yelp-health": [],
+    }
+    assert (assess(claim, record).verdict, assess(claim, record).reason) == (
+        "partly",
+        "recall 1; no batch size in common with the seed",
+    )

@@ -495,9 +495,14 @@ def _table_7_2_full(records: Records) -> Finding:
     worst = max(gaps) if gaps else math.inf
     if recall_one and worst <= 0.1:
         verdict: Verdict = "reproduced"
-        reason = f"precision within {_f(worst, 3)} of the seed at its scale, recall 1"
+        reason = f"precision within {_f(worst)} of the seed at its scale, recall 1"
     elif recall_one:
-        verdict, reason = "partly", f"recall 1; precision off by {_f(worst, 3)}"
+        verdict = "partly"
+        reason = (
+            f"recall 1; precision off by {_f(worst)}"
+            if gaps
+            else "recall 1; no batch size in common with the seed"
+        )
     else:
         verdict, reason = "not reproduced", "recall below 1"
     accs = _accuracies(rec["rows"], "model_accuracy")
