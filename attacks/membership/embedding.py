@@ -207,8 +207,11 @@ def _fit_scale(
         out: np.ndarray = (np.abs(dt - c * ut) <= tol + slack * abs_u).all(axis=1)
         return out
 
-    # candidates evenly spread over the rows sorted by precision
-    order = np.argsort(widths / np.maximum(np.abs(coefficients), 1e-300))
+    # candidates evenly spread over the rows sorted by precision (a row whose
+    # coefficient is ~0 has infinite relative width: sorted last, as meant)
+    with np.errstate(over="ignore"):
+        relative = widths / np.maximum(np.abs(coefficients), 1e-300)
+    order = np.argsort(relative)
     spread_at = np.unique(np.linspace(0, order.size - 1, _CANDIDATES).round())
     picks = order[spread_at.astype(np.int64)]
     counts = [int(explained(coefficients[k], widths[k]).sum()) for k in picks]
