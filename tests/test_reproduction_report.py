@@ -707,7 +707,7 @@ def test_table_7_2_at_3000_iterations_rule(
         f"checkins B=100: precision {precision:.3f} (seed 0.99), recall {recall:.3f}"
     )
     assert finding.utility == f"model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
-    assert finding.scale == "3000/3000 it. = 1.0, smallest batch only"
+    assert finding.scale == "3000/3000 it. = 1.00 at batch 150, 100 only"
 
 
 def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
@@ -734,7 +734,7 @@ def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
         "reproduced",
         "precision within 0.100 of the seed at its scale, recall 1",
     )
-    assert finding.scale == "1500/3000/3000 it. = 1.0, smallest batch only"
+    assert finding.scale == "1500/3000/3000 it. = 0.50 at batch 150, 100, 32 only"
     record["membership-3000"]["thesis_table_7_2"] = {
         "foursquare": [[5, 0.9]],
         "yelp-health": [],

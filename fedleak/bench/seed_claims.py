@@ -509,10 +509,12 @@ def _table_7_2_full(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     aucs = _accuracies(rec["rows"], "model_auc")
     its = sorted({int(r["num_rounds"]) for r in rec["rows"]})
+    batches = ", ".join(str(r["batch_size"]) for r in rec["rows"])
     return Finding(
         "; ".join(parts),
         _utility(accs, "model acc") + f", model AUC {_series(aucs)}",
-        f"{'/'.join(map(str, its))}/3000 it. = 1.0, smallest batch only",
+        f"{'/'.join(map(str, its))}/3000 it. = {its[0] / 3000:.2f} at batch "
+        f"{batches} only",
         verdict,
         reason,
     )
