@@ -743,3 +743,14 @@ def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
         "partly",
         "recall 1; no batch size in common with the seed",
     )
+
+
+def test_utility_span_collapses_when_both_ends_print_alike():
+    record = _full(0.975, 0.923)
+    second = {**record["membership-3000"]["rows"][1], "model_accuracy": 0.922}
+    record["membership-3000"]["rows"].append(second)
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.utility.startswith("model acc 0.92, ")
+    record["membership-3000"]["rows"][-1]["model_accuracy"] = 0.914
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.utility.startswith("model acc 0.91-0.92, ")
