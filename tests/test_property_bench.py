@@ -154,3 +154,27 @@ def test_fig_7_5_window_refuses_a_run_too_short_for_it(tmp_path):
     s = _Settings(tmp_path / "r.json", False, 0, 4, None, None, False, print)
     with pytest.raises(ConfigError, match="--rounds 4 is too few"):
         _window_overrides(s)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_fashion_mnist
+def test_quick_join_scores_a_control_run_whose_target_joins_without_it(tmp_path):
+    """Fig. 7.9: one classifier per observed count, and a control run scored alike."""
+    _fashion_mnist()
+    out = tmp_path / "join.json"
+    report = run_property_bench("join", out, quick=True, rounds=10)
+    runs = {r["label"]: r for r in report["runs"]}
+    assert set(runs) == {"join", "control"}
+    assert report["classifier"]["by_participants"] is True
+    control = load_truth(
+        tmp_path / runs["control"]["run_dir"] / "target" / "truth.jsonl"
+    )
+    assert control and all(v == 0 for v in control.values())
+    summary = report["summary"]
+    for prefix, label in (("", "join"), ("control_", "control")):
+        xs, ys = runs[label]["series"]["rounds"], runs[label]["series"]["scores"]
+        after = [y for x, y in zip(xs, ys, strict=True) if x >= summary["join_round"]]
+        assert summary[f"{prefix}median_score_after"] == pytest.approx(
+            float(np.median(after))
+        )
+    assert summary["participants_before"] == 2 and summary["participants_after"] == 3

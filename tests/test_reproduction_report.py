@@ -168,25 +168,108 @@ def test_fig_4_5a_rule_reads_the_overestimate():
     )
 
 
-def test_fig_7_9_needs_the_k2_to_k3_join_to_count_as_reproduced():
-    def record(join_model: str | None) -> dict[str, Any]:
-        summary: dict[str, Any] = {
-            "median_score_before": 0.1,
-            "median_score_after": 0.9,
+def _join(
+    before: float,
+    after: float,
+    control: tuple[float, float] | None = (0.1, 0.15),
+    join_model: str | None = "K=2->3",
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "median_score_before": before,
+        "median_score_after": after,
+    }
+    if control is not None:
+        summary["control_median_score_before"] = control[0]
+        summary["control_median_score_after"] = control[1]
+    if join_model is not None:
+        summary["join_model"] = join_model
+    return {
+        "property-join": {
+            "summary": summary,
+            "scale": {},
+            "runs": [{"test_accuracy": 0.8}],
         }
-        if join_model is not None:
-            summary["join_model"] = join_model
-        return {
-            "property-join": {
-                "summary": summary,
-                "scale": {},
-                "runs": [{"test_accuracy": 0.8}],
-            }
-        }
+    }
 
-    claim = _claim("000 Fig. 7.9")
-    assert assess(claim, record("K=2->3")).verdict == "reproduced"
-    assert assess(claim, record(None)).verdict == "partly"
+
+@pytest.mark.parametrize(
+    ("record", "verdict", "reason"),
+    [
+        (
+            _join(0.1, 0.9),
+            "reproduced",
+            "scores jump from low to high when the target joins (K = 2 -> 3)",
+        ),
+        # the old join model, or no control run: at most partly
+        (
+            _join(0.1, 0.9, join_model=None),
+            "partly",
+            "scores rise by 0.80, 0.75 beyond the control's change, from 0.10 "
+            "(seed: ~0 -> ~1); the late joiner is a zero update inside K = 3",
+        ),
+        (
+            _join(0.1, 0.9, control=None),
+            "partly",
+            "scores rise by 0.80, 0.80 beyond the control's change, from 0.10 "
+            "(seed: ~0 -> ~1)",
+        ),
+        # high before the join (the seed: ~0)
+        (
+            _join(0.46, 0.8),
+            "partly",
+            "scores rise by 0.34, 0.29 beyond the control's change, from 0.46 "
+            "(seed: ~0 -> ~1)",
+        ),
+        # the control rises as much: the jump is the join's, not the property's
+        (
+            _join(0.1, 0.9, control=(0.1, 0.9)),
+            "not reproduced",
+            "no rise in scores after the join beyond the control's",
+        ),
+        # the edges: before 0.3 and after 0.7 still count as low and high
+        (
+            _join(0.3, 0.75, control=(0.25, 0.25)),
+            "reproduced",
+            "scores jump from low to high when the target joins (K = 2 -> 3)",
+        ),
+        (
+            _join(0.25, 0.7, control=(0.25, 0.25)),
+            "reproduced",
+            "scores jump from low to high when the target joins (K = 2 -> 3)",
+        ),
+        (
+            _join(0.25, 0.75, control=(0.25, 0.375)),
+            "partly",
+            "scores rise by 0.50, 0.38 beyond the control's change, from 0.25 "
+            "(seed: ~0 -> ~1)",
+        ),
+        (
+            _join(0.3125, 0.9, control=(0.25, 0.25)),
+            "partly",
+            "scores rise by 0.59, 0.59 beyond the control's change, from 0.31 "
+            "(seed: ~0 -> ~1)",
+        ),
+        (
+            _join(0.25, 0.6875, control=(0.25, 0.25)),
+            "partly",
+            "scores rise by 0.44, 0.44 beyond the control's change, from 0.25 "
+            "(seed: ~0 -> ~1)",
+        ),
+    ],
+)
+def test_fig_7_9_rule_weighs_the_jump_against_a_control(record, verdict, reason):
+    finding = assess(_claim("000 Fig. 7.9"), record)
+    assert (finding.verdict, finding.reason) == (verdict, reason)
+
+
+def test_fig_7_9_finding_names_the_control():
+    finding = assess(_claim("000 Fig. 7.9"), _join(0.46, 0.8, control=(0.44, 0.4)))
+    assert finding.fedleak == (
+        "median score before / after join 0.46 / 0.80; control (target joins "
+        "without it) 0.44 / 0.40"
+    )
+    bare = assess(_claim("000 Fig. 7.9"), _join(0.46, 0.8, control=None))
+    assert bare.fedleak.endswith("; no control run")
 
 
 def _rounds(absent: float | None) -> dict[str, Any]:

@@ -387,6 +387,12 @@ class PropertyObservations:
         ``(M,)`` 1 for ``G_prop``, 0 for ``G_nonprop``.
     meta : dict
         Settings the adversary recorded (pooling, layer names, ...).
+    aux_participants, observed_participants : numpy.ndarray, optional
+        ``(M,)`` and ``(T,)``: the number of other participants whose
+        aggregate the row emulates or is (from each round's
+        ``emulated_participants``; model averaging reads it from the
+        server's announced ``n``, so it changes when a participant joins).
+        None when the log does not record it.
     """
 
     observed_rounds: np.ndarray
@@ -395,6 +401,8 @@ class PropertyObservations:
     aux: np.ndarray
     aux_labels: np.ndarray
     meta: dict[str, Any]
+    aux_participants: np.ndarray | None = None
+    observed_participants: np.ndarray | None = None
 
     def fit(
         self,
@@ -433,6 +441,34 @@ class PropertyObservations:
         if self.observed.shape[0] == 0:
             return np.zeros(0)
         return classifier.property_scores(self.observed)
+
+    def scores_by_participants(self, classifier: BatchPropertyClassifier) -> np.ndarray:
+        """Score each observed aggregate with an ``f_prop`` of its own ``K - 1``.
+
+        When the number of participants changes during a run (a late join,
+        Ch. 7.2.7), an aggregate of ``k`` others differs from one of ``j``
+        in scale and mixture; the adversary knows ``k`` each round (the
+        announced ``n``) and emulates aggregates of ``k`` others, so Alg. 7's
+        classifier is trained once per ``k`` on the auxiliary gradients
+        emulating ``k`` others and scores the rounds that observed ``k``.
+        Without recorded counts, or for a count whose auxiliary gradients
+        hold one label only, the classifier of all auxiliary gradients
+        scores the rows.
+        """
+        if self.observed.shape[0] == 0:
+            return np.zeros(0)
+        everything = self.fit(classifier)
+        scores = everything.property_scores(self.observed)
+        if self.aux_participants is None or self.observed_participants is None:
+            return scores
+        for k in np.unique(self.observed_participants):
+            rows = self.observed_participants == k
+            mine = self.aux_participants == k
+            if np.unique(self.aux_labels[mine]).size < 2:
+                continue
+            fitted = clone(classifier).fit(self.aux[mine], self.aux_labels[mine])
+            scores[rows] = fitted.property_scores(self.observed[rows])
+        return scores
 
 
 def _write_npz_atomic(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
@@ -531,18 +567,24 @@ def load_observations(directory: str | Path) -> PropertyObservations:
     aux: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     meta: dict[str, Any] = {}
+    # a file's observed row and auxiliary rows share one count of others
+    counts: list[int | None] = []
+    observed_counts: list[int | None] = []
     for path in files:
         with np.load(path) as data:
             server_round = int(data["server_round"])
+            meta = json.loads(str(data["meta"]))
+            count = meta.get("emulated_participants")
             rows = np.asarray(data["observed"])
             if rows.shape[0]:
                 obs_rounds.append(int(data["observed_round"]))
                 observed.append(rows[0])
+                observed_counts.append(count)
             block = np.asarray(data["aux"])
             aux.append(block)
             labels.append(np.asarray(data["aux_labels"]))
             aux_rounds.append(np.full(block.shape[0], server_round))
-            meta = json.loads(str(data["meta"]))
+            counts += [count] * block.shape[0]
     widths = {a.shape[1] for a in aux if a.ndim == 2} | {o.shape[0] for o in observed}
     if len(widths) > 1:
         raise DataError(f"{folder}: observation files of different widths {widths}")
@@ -554,4 +596,13 @@ def load_observations(directory: str | Path) -> PropertyObservations:
         aux=np.concatenate(aux) if aux else np.zeros((0, width)),
         aux_labels=np.concatenate(labels).astype(np.int64),
         meta=meta,
+        aux_participants=_counts(counts),
+        observed_participants=_counts(observed_counts),
     )
+
+
+def _counts(values: list[int | None]) -> np.ndarray | None:
+    """Return the per-row participant counts (None if a round did not record one)."""
+    if any(v is None for v in values):
+        return None
+    return np.asarray(values, dtype=np.int64)

@@ -60,6 +60,7 @@ def analyse_run(
     seed: int = 0,
     smooth: int = 1,
     normalize: bool = False,
+    by_participants: bool = False,
 ) -> dict[str, Any]:
     """Train ``f_prop`` on a finished run's logged auxiliary gradients and score it.
 
@@ -76,6 +77,10 @@ def analyse_run(
     normalize : bool, default=False
         Classify the direction of the updates only (see
         :class:`~fedleak.attacks.property.BatchPropertyClassifier`).
+    by_participants : bool, default=False
+        One classifier per number of other participants the adversary
+        observed (a late join changes it; see
+        :meth:`~fedleak.attacks.property.classifier.PropertyObservations.scores_by_participants`).
 
     Returns
     -------
@@ -88,10 +93,14 @@ def analyse_run(
     """
     folder = Path(run_dir)
     obs = load_observations(folder / "adversary")
-    fitted = obs.fit(
-        BatchPropertyClassifier(kind=classifier, random_state=seed, normalize=normalize)
+    unfitted = BatchPropertyClassifier(
+        kind=classifier, random_state=seed, normalize=normalize
     )
-    scores = obs.scores(fitted)
+    scores = (
+        obs.scores_by_participants(unfitted)
+        if by_participants
+        else obs.scores(obs.fit(unfitted))
+    )
     truth_file = folder / "target" / "truth.jsonl"
     truth = load_truth(truth_file) if truth_file.is_file() else {}
     fractions = [truth.get(int(r)) for r in obs.observed_rounds]

@@ -98,6 +98,11 @@ __all__ = [
 #: number of participants (1/2 before a late joiner joins, 1/3 after), so
 #: the classifier judges the update's direction only.
 NORMALIZED_EXPERIMENTS: Final = frozenset({"model-averaging", "join"})
+
+#: Experiments whose number of participants changes during the run (a late
+#: join): one classifier per number of others the adversary observed
+#: (:meth:`fedleak.attacks.property.PropertyObservations.scores_by_participants`).
+BY_PARTICIPANTS_EXPERIMENTS: Final = frozenset({"join"})
 _TEXT_ROUNDS: Final = 150
 ProgressFn = Callable[[str], None]
 
@@ -170,7 +175,10 @@ def _run(
     outcome = run_experiment(config, out=run_dir, verbose=s.verbose)
     wall = time.perf_counter() - started
     analysis = analyse_run(
-        run_dir, seed=s.seed, normalize=experiment in NORMALIZED_EXPERIMENTS
+        run_dir,
+        seed=s.seed,
+        normalize=experiment in NORMALIZED_EXPERIMENTS,
+        by_participants=experiment in BY_PARTICIPANTS_EXPERIMENTS,
     )
     final = outcome.results.get("final", {})
     row = {
@@ -620,28 +628,43 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     observations have training examples of their own kind and the phase
     cannot stand in for the label. (3) Features are scaled to unit norm
     (:data:`NORMALIZED_EXPERIMENTS`), so the 1/2 vs 1/3 scale is invisible.
-    (4) One classifier, trained once on every round's labelled aggregates,
-    scores both phases, so the two medians come from the same function.
+    (4) One classifier per number of others observed
+    (:data:`BY_PARTICIPANTS_EXPERIMENTS`): the aggregate of two others is a
+    mixture the aggregate of one is not, and the adversary knows the count
+    each round. Since the two phases are then scored by different
+    classifiers, (5) a control run whose target joins without the property
+    (``target.control = true``) is scored the same way: its scores after the
+    join show what the change of classifier alone does.
     """
     overrides = ["target.join_round=5"] if s.quick else []
     rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
+    control = _run(s, "join", "control", [*overrides, "target.control=true"], {})
     config = load_config(_config_path("join"), overrides)
     join = config.target.join_round
-    xs, ys = rows[0]["series"]["rounds"], rows[0]["series"]["scores"]
-    before = [y for x, y in zip(xs, ys, strict=True) if x < join]
-    after = [y for x, y in zip(xs, ys, strict=True) if x >= join]
     spec = config.task()
     sizes = [client_data(spec, p).num_train for p in range(_k(config))]
     summary = {
         "join_round": join,
-        "median_score_before": statistics.median(before) if before else None,
-        "median_score_after": statistics.median(after) if after else None,
+        **_phase_medians(rows[0], join, ""),
+        **_phase_medians(control, join, "control_"),
         **join_participants(
             _aggregated_weights(s, rows[0]), sizes, spec.property_target, join
         ),
     }
+    rows.append(control)
     plot = _plot_series(s, "join", "score per round (target joins)", rows, [join])
     return rows, summary, [plot]
+
+
+def _phase_medians(row: dict[str, Any], join: int, prefix: str) -> dict[str, Any]:
+    """Median per-round score before and after the join round of one run."""
+    xs, ys = row["series"]["rounds"], row["series"]["scores"]
+    before = [y for x, y in zip(xs, ys, strict=True) if x < join]
+    after = [y for x, y in zip(xs, ys, strict=True) if x >= join]
+    return {
+        f"{prefix}median_score_before": statistics.median(before) if before else None,
+        f"{prefix}median_score_after": statistics.median(after) if after else None,
+    }
 
 
 def _text_plan(s: _Settings) -> list[tuple[str, dict[str, Any]]]:
@@ -906,6 +929,7 @@ def run_property_bench(
                 "kind": "random-forest",
                 "n_estimators": 50,
                 "normalize": experiment in NORMALIZED_EXPERIMENTS,
+                "by_participants": experiment in BY_PARTICIPANTS_EXPERIMENTS,
             },
             "runs": rows,
             "summary": summary,

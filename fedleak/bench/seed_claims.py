@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 6
+CLAIMS_VERSION: Final = 7
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -351,23 +351,45 @@ def _fig_7_8(records: Records) -> Finding:
 
 
 def _fig_7_9(records: Records) -> Finding:
+    """Scores before / after the join, net of a control run's change.
+
+    The control's target joins without the property; its scores after the
+    join measure what the join alone (and a classifier per count) does, so
+    the property's own jump is the run's rise minus the control's.
+    """
     rec = records["property-join"]
     s = rec["summary"]
     before, after = s["median_score_before"], s["median_score_after"]
     joins_k2_to_3 = s.get("join_model") == "K=2->3"
-    gap = after - before
-    if gap >= 0.4 and joins_k2_to_3:
+    rise = after - before
+    c_before, c_after = (
+        s.get("control_median_score_before"),
+        s.get("control_median_score_after"),
+    )
+    has_control = c_before is not None and c_after is not None
+    c_rise = c_after - c_before if has_control else 0.0
+    net = rise - c_rise
+    control = (
+        f"; control (target joins without it) {_f(c_before, 2)} / {_f(c_after, 2)}"
+        if has_control
+        else "; no control run"
+    )
+    if before <= 0.3 and after >= 0.7 and net >= 0.4 and joins_k2_to_3 and has_control:
         verdict: Verdict = "reproduced"
-        reason = "scores jump when the target joins (K = 2 -> 3)"
-    elif gap > 0.05:
+        reason = "scores jump from low to high when the target joins (K = 2 -> 3)"
+    elif net > 0.05:
         verdict = "partly"
-        reason = f"scores rise by {_f(gap, 2)} only (seed: ~0 -> ~1)"
+        reason = (
+            f"scores rise by {_f(rise, 2)}, {_f(net, 2)} beyond the control's "
+            f"change, from {_f(before, 2)} (seed: ~0 -> ~1)"
+        )
         if not joins_k2_to_3:
             reason += "; the late joiner is a zero update inside K = 3"
     else:
-        verdict, reason = "not reproduced", "no rise in scores after the join"
+        verdict = "not reproduced"
+        reason = "no rise in scores after the join beyond the control's"
     return _property_finding(
-        f"median score before / after join {_f(before, 2)} / {_f(after, 2)}",
+        f"median score before / after join {_f(before, 2)} / {_f(after, 2)}" + control,
         rec["runs"],
         _property_scale(rec),
         verdict,
