@@ -632,13 +632,21 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     (:data:`BY_PARTICIPANTS_EXPERIMENTS`): the aggregate of two others is a
     mixture the aggregate of one is not, and the adversary knows the count
     each round. Since the two phases are then scored by different
-    classifiers, (5) a control run whose target joins without the property
-    (``target.control = true``) is scored the same way: its scores after the
-    join show what the change of classifier alone does.
+    classifiers, (5) a control run whose target joins with as many records,
+    none with the property (``data.property_target_fraction = 0``; the
+    other partitions then hold other records of the same pools), is scored
+    the same way: its scores after the join show what the join and the
+    change of classifier alone do.
     """
     overrides = ["target.join_round=5"] if s.quick else []
     rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
-    control = _run(s, "join", "control", [*overrides, "target.control=true"], {})
+    # the control target joins with as many records, none with the property
+    # (``target.control`` would keep only its few records without it, and
+    # the adversary, reading the count from the announced n, would see one
+    # other participant instead of two)
+    control = _run(
+        s, "join", "control", [*overrides, "data.property_target_fraction=0.0"], {}
+    )
     config = load_config(_config_path("join"), overrides)
     join = config.target.join_round
     spec = config.task()
