@@ -457,16 +457,19 @@ class PropertyObservations:
         """
         if self.observed.shape[0] == 0:
             return np.zeros(0)
-        everything = self.fit(classifier)
-        scores = everything.property_scores(self.observed)
         if self.aux_participants is None or self.observed_participants is None:
-            return scores
+            return self.scores(self.fit(classifier))
+        scores = np.empty(self.observed.shape[0])
+        pooled: BatchPropertyClassifier | None = None  # fitted only if needed
         for k in np.unique(self.observed_participants):
             rows = self.observed_participants == k
             mine = self.aux_participants == k
-            if np.unique(self.aux_labels[mine]).size < 2:
-                continue
-            fitted = clone(classifier).fit(self.aux[mine], self.aux_labels[mine])
+            if np.unique(self.aux_labels[mine]).size == 2:
+                fitted = clone(classifier).fit(self.aux[mine], self.aux_labels[mine])
+            else:
+                if pooled is None:
+                    pooled = self.fit(classifier)
+                fitted = pooled
             scores[rows] = fitted.property_scores(self.observed[rows])
         return scores
 
