@@ -141,3 +141,44 @@ def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
     assert kept["complete"] is False
     assert [(r["table"], r["setting"]) for r in kept["rows"]] == [calls[0]]
     assert kept["setup"]["property_rounds"] == 30
+
+
+@pytest.mark.in_default_run  # seconds: the runs are stubbed
+def test_bench_membership_keeps_the_rows_measured_before_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedleak.bench.membership as bench
+
+    class Outcome:
+        def __init__(self, batch_size: int) -> None:
+            self.batch_size = batch_size
+
+        def as_dict(self) -> dict[str, object]:
+            return {
+                "precision": 0.9,
+                "recall": 1.0,
+                "rounds": 3,
+                "mean_bag_size": 10.0,
+                "wall_s": 0.1,
+            }
+
+    sizes: list[int] = []
+
+    def simulate(_data, setup, *, seed):
+        sizes.append(setup.batch_size)
+        if len(sizes) == 2:
+            raise RuntimeError("the second run fails")
+        return Outcome(setup.batch_size)
+
+    monkeypatch.setattr(bench, "simulate_membership", simulate)
+    out = tmp_path / "membership.json"
+    with pytest.raises(RuntimeError, match="second run"):
+        bench.run_membership_bench(
+            out, datasets=("checkins",), batch_sizes=(20, 40), quick=True
+        )
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False
+    assert [(r["dataset"], r["batch_size"]) for r in kept["rows"]] == [
+        ("checkins", 20)
+    ]
+    assert kept["setups"]["checkins"]["batch_size"] > 0

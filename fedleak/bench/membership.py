@@ -235,6 +235,9 @@ def run_membership_bench(
 ) -> dict[str, Any]:
     """Measure precision and recall vs batch size and write the JSON report.
 
+    The record is rewritten after every run, so an interrupted bench keeps
+    the rows it measured (``"complete": false``).
+
     Parameters
     ----------
     out : path
@@ -257,8 +260,8 @@ def run_membership_bench(
     torch.set_num_threads(1)
     record = BenchRecord("membership", record_path(out, make_folder=True))
     started = time.perf_counter()
-    rows: list[dict[str, Any]] = []
     setups: dict[str, Any] = {}
+    rows = record.start_rows({"quick": quick, "seed": seed, "setups": setups})
     for name in datasets:
         data = load_bench_dataset(name, quick=quick, seed=seed)
         base = default_setup(name, quick=quick)
@@ -283,7 +286,7 @@ def run_membership_bench(
             )
             outcome = simulate_membership(data, setup, seed=seed)
             row = {"dataset": name, "batch_size": size, **outcome.as_dict()}
-            rows.append(row)
+            record.add_row(row, started)
             say(
                 f"{name} B={size}: precision {row['precision']:.3f} recall "
                 f"{row['recall']:.3f} ({row['rounds']} rounds, {row['wall_s']:.1f} s)"
@@ -291,10 +294,6 @@ def run_membership_bench(
     plot_path = record.sibling("precision.png")
     report: dict[str, Any] = {
         "description": __doc__,
-        "quick": quick,
-        "seed": seed,
-        "setups": setups,
-        "rows": rows,
         "thesis_table_7_2": {
             k: [list(r) for r in v] for k, v in THESIS_TABLE_7_2.items()
         },
@@ -305,10 +304,10 @@ def run_membership_bench(
             )
             for name in datasets
         },
-        "plots": [plot_path.name],
     }
     _plot(plot_path, rows)
-    return record.finish(started, report)
+    record.body.update(report)
+    return record.finish_rows(started, {}, [plot_path.name])
 
 
 def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
