@@ -789,8 +789,10 @@ def test_table_7_2_at_3000_iterations_rule(
     assert finding.fedleak == (
         f"checkins B=100: precision {precision:.3f} (seed 0.99), recall {recall:.3f}"
     )
-    assert finding.utility == f"model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
-    assert finding.scale == "3000/3000 it. = 1.00 at batch 150, 100 only"
+    assert finding.utility == (
+        f"checkins: model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
+    )
+    assert finding.scale == "3000/3000 it. = 1.00; checkins batch 150, 100"
 
 
 def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
@@ -817,7 +819,13 @@ def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
         "reproduced",
         "precision within 0.100 of the seed at its scale, recall 1",
     )
-    assert finding.scale == "1500/3000/3000 it. = 0.50 at batch 150, 100, 32 only"
+    assert finding.scale == (
+        "1500/3000/3000 it. = 0.50; checkins batch 150, 100; fortunes batch 32"
+    )
+    assert finding.utility == (
+        "checkins: model acc 0.88, model AUC 0.950 / 0.950; "
+        "fortunes: model acc 0.70, model AUC 0.800"
+    )
     record["membership-3000"]["thesis_table_7_2"] = {
         "foursquare": [[5, 0.9]],
         "yelp-health": [],
@@ -828,12 +836,43 @@ def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
     )
 
 
+def test_table_7_2_at_3000_iterations_reads_the_fortunes_record_too():
+    record = _full(0.975, 0.88)
+    fortunes = {
+        "dataset": "fortunes",
+        "batch_size": 32,
+        "precision": 0.75,
+        "recall": 1.0,
+        "num_rounds": 3000,
+        "model_accuracy": 0.58,
+        "model_auc": 0.8,
+    }
+    record["membership-3000-fortunes"] = {"rows": [fortunes]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "; fortunes B=32: precision 0.750 (seed 0.92), recall 1.000"
+    )
+    assert (finding.verdict, finding.reason) == (
+        "partly",
+        "recall 1; precision off by 0.170",
+    )
+    assert (
+        finding.scale
+        == "3000/3000 it. = 1.00; checkins batch 150, 100; fortunes batch 32"
+    )
+    # its recall counts too
+    fortunes["recall"] = 0.9
+    assert assess(_claim("000 Table 7.2, 3,000 iterations"), record).verdict == (
+        "not reproduced"
+    )
+
+
 def test_utility_span_collapses_when_both_ends_print_alike():
     record = _full(0.975, 0.923)
     second = {**record["membership-3000"]["rows"][1], "model_accuracy": 0.922}
     record["membership-3000"]["rows"].append(second)
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
-    assert finding.utility.startswith("model acc 0.92, ")
+    assert finding.utility.startswith("checkins: model acc 0.92, ")
     record["membership-3000"]["rows"][-1]["model_accuracy"] = 0.914
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
-    assert finding.utility.startswith("model acc 0.91-0.92, ")
+    assert finding.utility.startswith("checkins: model acc 0.91-0.92, ")
