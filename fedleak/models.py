@@ -389,6 +389,7 @@ def build_model(
     seed: int | None = None,
     vocab_size: int | None = None,
     dropout: float = 0.0,
+    embedding_dim: int | None = None,
 ) -> nn.Module:
     """Build a model by name, optionally with seeded initial weights.
 
@@ -409,6 +410,8 @@ def build_model(
         Number of embedding rows; required by the text models.
     dropout : float, default=0.0
         Dropout after the pooling layer (text models only).
+    embedding_dim : int, optional
+        Embedding width of the text models (default: the thesis').
 
     Returns
     -------
@@ -424,7 +427,12 @@ def build_model(
                 f"input_shape={tuple(input_shape)}"
             )
         return build_text_model(
-            name, vocab_size, num_classes, seed=seed, dropout=dropout
+            name,
+            vocab_size,
+            num_classes,
+            seed=seed,
+            dropout=dropout,
+            embedding_dim=embedding_dim,
         )
     with torch.random.fork_rng(devices=[]):
         if seed is not None:

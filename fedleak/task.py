@@ -81,6 +81,9 @@ class TaskSpec:
         Name for :func:`fedleak.models.build_model`.
     model_dropout : float
         Dropout after the pooling layer of the text models (seed 000 Ch. 7.3.3).
+    model_embedding_dim : int
+        Embedding width of the text models (0 = the thesis': 320 for the CNN,
+        100 for the GRU).
     seed : int
         Run seed; split, model initialisation and client RNGs derive from it.
     batch_size : int
@@ -107,6 +110,7 @@ class TaskSpec:
     property_partition_size: int = 0
     model: str = "cnn"
     model_dropout: float = 0.0
+    model_embedding_dim: int = 0
     seed: int = 0
     batch_size: int = 32
     learning_rate: float = 0.05
@@ -128,6 +132,10 @@ class TaskSpec:
             raise ConfigError(f"num_partitions must be >= 1, got {self.num_partitions}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.model_embedding_dim < 0:
+            raise ConfigError(
+                f"model_embedding_dim must be >= 0, got {self.model_embedding_dim}"
+            )
         if self.local_epochs < 1:
             raise ConfigError(f"local_epochs must be >= 1, got {self.local_epochs}")
         if not self.learning_rate > 0:
@@ -246,6 +254,7 @@ class TaskSpec:
                 seed=self.seed,
                 vocab_size=text.vocab_size,
                 dropout=self.model_dropout,
+                embedding_dim=self.model_embedding_dim or None,
             )
         return build_model(
             self.model, data.input_shape, data.num_classes, seed=self.seed

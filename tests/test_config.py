@@ -54,6 +54,10 @@ def test_defaults_and_name_from_file_stem(tmp_path):
             "[evaluation]\nevery = 0\n",
             "evaluation.every: Input should be greater than or equal to 1 (got 0)",
         ),
+        (
+            "[model]\nembedding_dim = -4\n",
+            "model.embedding_dim: Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, text, message):
@@ -61,6 +65,19 @@ def test_bad_configs_name_the_key(tmp_path, text, message):
         load_config(write(tmp_path, text))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_embedding_dim_reaches_the_text_model(tmp_path):
+    text = (
+        "[data]\ndataset = 'checkins-synthetic'\n[model]\nname = 'text-cnn'\n"
+        "embedding_dim = 12\n[evaluation]\nserver = false\n"
+    )
+    task = load_config(write(tmp_path, text)).task()
+    assert task.model_embedding_dim == 12
+    assert task.new_model().state_dict()["embedding.weight"].shape[1] == 12
+    default = load_config(write(tmp_path, text.replace("embedding_dim = 12\n", "")))
+    # 0: the thesis' width
+    assert default.task().new_model().state_dict()["embedding.weight"].shape[1] == 320
 
 
 def test_missing_file(tmp_path):

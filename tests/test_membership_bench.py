@@ -178,7 +178,77 @@ def test_bench_membership_keeps_the_rows_measured_before_a_failure(
         )
     kept = json.loads(out.read_text())
     assert kept["complete"] is False
-    assert [(r["dataset"], r["batch_size"]) for r in kept["rows"]] == [
-        ("checkins", 20)
-    ]
+    assert [(r["dataset"], r["batch_size"]) for r in kept["rows"]] == [("checkins", 20)]
     assert kept["setups"]["checkins"]["batch_size"] > 0
+
+
+@pytest.mark.in_default_run  # one Flower run of 6 rounds
+def test_bench_membership_through_flower_scores_the_adversary_client(
+    tmp_path: Path,
+) -> None:
+    from fedleak.bench.membership import run_membership_bench
+
+    out = tmp_path / "membership-flower.json"
+    report = run_membership_bench(
+        out,
+        datasets=("checkins",),
+        batch_sizes=(50,),
+        quick=True,
+        iterations=5,
+        engine="flower",
+    )
+    assert report["engine"] == "flower" and report["complete"] is True
+    (row,) = report["rows"]
+    assert row["engine"] == "flower" and row["dataset"] == "checkins"
+    # 6 rounds: the adversary reads the change of rounds 1-5
+    assert row["rounds"] == 6 and row["num_rounds"] == 5
+    # only 250 of the target's 2,410 records were trained on, each caught
+    assert row["true_positives"] > 200
+    assert row["false_negatives"] > row["true_positives"]
+    assert row["precision"] > 0.9
+    assert 0.0 <= row["model_accuracy"] <= 1.0
+    run = tmp_path / "membership-flower-runs" / "checkins-b50"
+    assert (run / "adversary" / "membership-bags.jsonl").is_file()
+    assert json.loads((run / "results.json").read_text())["status"] == "completed"
+    # the same data as the in-process bench: its setup says so
+    assert report["setups"]["checkins"]["num_train"] == 4821
+
+
+@pytest.mark.in_default_run  # no simulation: refused before any run
+def test_bench_membership_through_flower_refuses_what_it_cannot_run(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from fedleak.bench.membership import default_setup, run_membership_bench
+    from fedleak.bench.membership_flower import flower_membership_config
+    from fedleak.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"no federation dataset for 'fortunes'"):
+        run_membership_bench(
+            tmp_path / "m.json", datasets=("fortunes",), engine="flower"
+        )
+    assert not (tmp_path / "m.json").exists()
+    with pytest.raises(ConfigError, match=r"unknown engine 'ray'"):
+        run_membership_bench(tmp_path / "m.json", engine="ray")
+    setup = default_setup("checkins", quick=True)
+    config = flower_membership_config("checkins", setup, rounds=7, seed=3)
+    assert (config.rounds, config.seed) == (7, 3)
+    assert config.data.dataset == "checkins-synthetic-large"
+    assert config.model.embedding_dim == setup.embedding_dim
+    assert config.strategy.learning_rate == setup.learning_rate
+    assert config.strategy.reduction == "sum"
+    assert config.client.batch_size == setup.batch_size
+    with pytest.raises(ConfigError, match=r"not modelled: server_momentum$"):
+        flower_membership_config(
+            "checkins", replace(setup, server_momentum=0.9), rounds=7, seed=3
+        )
+    with pytest.raises(
+        ConfigError, match=r"not modelled: participant_noise, cnn_hidden"
+    ):
+        flower_membership_config(
+            "checkins",
+            replace(setup, participant_noise=1.0, cnn_hidden=None),
+            rounds=7,
+            seed=3,
+        )

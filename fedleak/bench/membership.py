@@ -33,6 +33,7 @@ recall 1.0 there.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -47,17 +48,14 @@ from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     simulate_membership,
 )
-from fedleak.data.checkins import (
-    SyntheticCheckins,
-    checkin_dataset,
-    synthetic_checkins,
-)
-from fedleak.data.text import TextDataset, fortunes_dataset
+from fedleak.data.checkins import synthetic_checkin_task
+from fedleak.data.text import TextDataset, fortunes_dataset, load_text_task
 from fedleak.errors import ConfigError
 from fedleak.files import write_figure
 
 from .console import fmt, say, written
 from .console import out as console
+from .membership_flower import FLOWER_DATASETS, run_flower_membership
 from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 
@@ -73,6 +71,9 @@ ProgressFn = Callable[[str], None]
 
 DATASETS: tuple[str, ...] = ("checkins", "fortunes")
 
+ENGINES: tuple[str, ...] = ("in-process", "flower")
+"""Where the bench's runs train: in this process, or as Flower simulations."""
+
 LEARNING_RATE = 0.3
 """Server step of the joint model (see :func:`default_setup`)."""
 
@@ -81,43 +82,6 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
     "yelp-health": ((32, 0.92), (64, 0.84), (128, 0.75), (256, 0.66), (512, 0.62)),
     "foursquare": ((100, 0.99), (200, 0.98), (500, 0.91), (1000, 0.76), (2000, 0.62)),
 }
-
-
-def synthetic_checkin_task(
-    size: int,
-    *,
-    num_areas: int,
-    test_fraction: float,
-    seed: int,
-    home_fraction: float = 0.7,
-) -> tuple[TextDataset, SyntheticCheckins]:
-    """Return the benchmarks' check-in task and the check-ins it encodes.
-
-    :func:`fedleak.data.checkins.synthetic_checkins` with ``size`` users and
-    venues in ``num_areas`` home areas (Zipf exponent 1, 20 check-ins per
-    user on average, a share ``home_fraction`` of them in the home area),
-    encoded by :func:`fedleak.data.checkins.checkin_dataset` as records of
-    60 venues among the top 30,000, labelled with the user attribute, a
-    share ``test_fraction`` of the users held out. ``seed`` drives both.
-    """
-    synthetic = synthetic_checkins(
-        num_users=size,
-        num_venues=size,
-        num_areas=num_areas,
-        zipf_exponent=1.0,
-        mean_checkins=20.0,
-        home_fraction=home_fraction,
-        seed=seed,
-    )
-    data = checkin_dataset(
-        synthetic.table,
-        synthetic.attribute_map(),
-        vocab_size=30000,
-        length=60,
-        test_fraction=test_fraction,
-        seed=seed,
-    )
-    return data, synthetic
 
 
 def load_bench_dataset(name: str, *, quick: bool, seed: int) -> TextDataset:
@@ -231,6 +195,7 @@ def run_membership_bench(
     quick: bool = False,
     seed: int = 0,
     iterations: int | None = None,
+    engine: str = "in-process",
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Measure precision and recall vs batch size and write the JSON report.
@@ -253,17 +218,29 @@ def run_membership_bench(
     iterations : int, optional
         Train every run for this many rounds instead of the setup's epochs
         (the thesis: 3,000 at every batch size).
+    engine : {"in-process", "flower"}
+        ``flower`` runs each (dataset, batch size) as a Flower simulation on
+        Ray (:mod:`fedleak.bench.membership_flower`; check-ins only, on the
+        full-size check-in data even with ``quick``); each run's folder goes
+        under ``<out stem>-runs/``.
     progress : callable, optional
         Receives one line per run.
     """
+    _check_engine(engine, datasets)
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
     record = BenchRecord("membership", record_path(out, make_folder=True))
     started = time.perf_counter()
     setups: dict[str, Any] = {}
-    rows = record.start_rows({"quick": quick, "seed": seed, "setups": setups})
+    rows = record.start_rows(
+        {"quick": quick, "seed": seed, "engine": engine, "setups": setups}
+    )
     for name in datasets:
-        data = load_bench_dataset(name, quick=quick, seed=seed)
+        data = (
+            load_text_task(FLOWER_DATASETS[name], seed=seed)
+            if engine == "flower"
+            else load_bench_dataset(name, quick=quick, seed=seed)
+        )
         base = default_setup(name, quick=quick)
         if iterations is not None:
             base = replace(base, iterations=iterations)
@@ -272,20 +249,16 @@ def run_membership_bench(
             if batch_sizes
             else (QUICK_BATCH_SIZES if quick else DEFAULT_BATCH_SIZES)[name]
         )
-        setups[name] = {
-            **{k: v for k, v in asdict(base).items() if k != "defenses"},
-            "num_train": int(data.x_train.shape[0]),
-            "num_test": int(data.x_test.shape[0]),
-            "vocab_size": data.vocab_size,
-            "sequence_length": data.sequence_length,
-            "source": data.source,
-        }
+        setups[name] = _setup_entry(base, data)
         for size in sizes:
             setup = MembershipSetup(
                 **{**asdict(base), "batch_size": size, "defenses": base.defenses}
             )
-            outcome = simulate_membership(data, setup, seed=seed)
-            row = {"dataset": name, "batch_size": size, **outcome.as_dict()}
+            row = {
+                "dataset": name,
+                "batch_size": size,
+                **_measure(name, data, setup, engine=engine, seed=seed, record=record),
+            }
             record.add_row(row, started)
             say(
                 f"{name} B={size}: precision {row['precision']:.3f} recall "
@@ -310,6 +283,63 @@ def run_membership_bench(
     return record.finish_rows(started, {}, [plot_path.name])
 
 
+def _check_engine(engine: str, datasets: Sequence[str]) -> None:
+    """Refuse an unknown engine, or a dataset Flower has no counterpart of."""
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
+    if engine == "flower":
+        for name in datasets:
+            if name not in FLOWER_DATASETS:
+                raise ConfigError(
+                    f"--engine flower: no federation dataset for {name!r}; "
+                    f"choose among {sorted(FLOWER_DATASETS)}"
+                )
+
+
+def _setup_entry(base: MembershipSetup, data: TextDataset) -> dict[str, Any]:
+    """Return the record's description of a dataset's setup and data."""
+    return {
+        **{k: v for k, v in asdict(base).items() if k != "defenses"},
+        "num_train": int(data.x_train.shape[0]),
+        "num_test": int(data.x_test.shape[0]),
+        "vocab_size": data.vocab_size,
+        "sequence_length": data.sequence_length,
+        "source": data.source,
+    }
+
+
+def _measure(
+    name: str,
+    data: TextDataset,
+    setup: MembershipSetup,
+    *,
+    engine: str,
+    seed: int,
+    record: BenchRecord,
+) -> dict[str, Any]:
+    """Run one (dataset, batch size) on ``engine``; return its measurements."""
+    if engine == "flower":
+        return run_flower_membership(
+            name,
+            setup,
+            rounds=_flower_rounds(setup, data.x_train.shape[0]),
+            seed=seed,
+            run_dir=record.sibling("runs") / f"{name}-b{setup.batch_size}",
+        )
+    return simulate_membership(data, setup, seed=seed).as_dict()
+
+
+def _flower_rounds(setup: MembershipSetup, num_train: int) -> int:
+    """Return the rounds of a Flower run: the iterations, else the epochs.
+
+    The target holds half of the ``num_train`` records (two clients, iid);
+    one more round lets the adversary read the last one's change.
+    """
+    if setup.iterations is not None:
+        return setup.iterations + 1
+    return setup.epochs * math.ceil((num_train // 2) / setup.batch_size) + 1
+
+
 def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
     return all(b <= a + slack for a, b in itertools.pairwise(values))
 
@@ -332,6 +362,13 @@ def command(
         int | None,
         typer.Option(help="Rounds per run instead of epochs (the thesis: 3,000)."),
     ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="in-process, or flower: each run a Flower simulation on Ray "
+            "(check-ins only)."
+        ),
+    ] = "in-process",
 ) -> None:
     """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""
     report = run_membership_bench(
@@ -341,6 +378,7 @@ def command(
         quick=quick,
         seed=seed,
         iterations=iterations,
+        engine=engine,
         progress=say,
     )
     table = Table("dataset", "batch", "precision", "recall", "|V_t|", "rounds", "s")

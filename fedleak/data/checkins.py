@@ -55,6 +55,7 @@ __all__ = [
     "checkin_dataset",
     "checkin_users",
     "read_foursquare_tsv",
+    "synthetic_checkin_task",
     "synthetic_checkins",
     "user_venue_sequences",
     "write_foursquare_tsv",
@@ -543,3 +544,40 @@ def synthetic_checkins(
     seconds = start + rng.integers(0, _SYNTHETIC_DAYS * 86400, user.shape[0])
     table = _synthetic_table(user, np.concatenate(chosen), venues, np.asarray(seconds))
     return SyntheticCheckins(table=table, attribute=attribute, home_area=home)
+
+
+def synthetic_checkin_task(
+    size: int,
+    *,
+    num_areas: int,
+    test_fraction: float,
+    seed: int,
+    home_fraction: float = 0.7,
+) -> tuple[TextDataset, SyntheticCheckins]:
+    """Return the benchmarks' check-in task and the check-ins it encodes.
+
+    :func:`synthetic_checkins` with ``size`` users and
+    venues in ``num_areas`` home areas (Zipf exponent 1, 20 check-ins per
+    user on average, a share ``home_fraction`` of them in the home area),
+    encoded by :func:`checkin_dataset` as records of
+    60 venues among the top 30,000, labelled with the user attribute, a
+    share ``test_fraction`` of the users held out. ``seed`` drives both.
+    """
+    synthetic = synthetic_checkins(
+        num_users=size,
+        num_venues=size,
+        num_areas=num_areas,
+        zipf_exponent=1.0,
+        mean_checkins=20.0,
+        home_fraction=home_fraction,
+        seed=seed,
+    )
+    data = checkin_dataset(
+        synthetic.table,
+        synthetic.attribute_map(),
+        vocab_size=30000,
+        length=60,
+        test_fraction=test_fraction,
+        seed=seed,
+    )
+    return data, synthetic

@@ -529,7 +529,11 @@ def fortunes_dataset(
     )
 
 
-TEXT_TASK_DATASETS: tuple[str, ...] = ("checkins-synthetic", "fortunes")
+TEXT_TASK_DATASETS: tuple[str, ...] = (
+    "checkins-synthetic",
+    "checkins-synthetic-large",
+    "fortunes",
+)
 """Token-id datasets a federation's task can name (``[data] dataset``)."""
 
 
@@ -549,6 +553,12 @@ def _text_task(name: str, seed: int) -> TextDataset:
             test_fraction=0.3,
             seed=seed,
         )
+    if name == "checkins-synthetic-large":
+        from .checkins import synthetic_checkin_task
+
+        return synthetic_checkin_task(
+            10000, num_areas=10, test_fraction=0.5, seed=seed
+        )[0]
     if name == "fortunes":
         return fortunes_dataset(
             ["computers", "people", "work"], vocab_size=5000, length=30, seed=seed
@@ -566,6 +576,11 @@ def load_text_task(name: str, *, seed: int) -> TextDataset:
         venues in 10 areas (the run seed), users with >= 10 distinct venues,
         records of length 60, labels: the binary user attribute; 30% of the
         users held out.
+    ``checkins-synthetic-large``
+        The check-in data of ``fedleak bench membership`` (Table 7.2):
+        :func:`fedleak.data.checkins.synthetic_checkin_task` with 10,000
+        users and venues, 20 check-ins per user on average, half of the users
+        held out (the non-members).
     ``fortunes``
         The ``computers``, ``people`` and ``work`` fortunes (labels), top-5,000
         words, length 30, 20% held out.

@@ -98,7 +98,12 @@ class DataConfig(_Section):
     """``[data]``: the dataset and how it is split among clients."""
 
     dataset: Literal[
-        "digits", "fashion-mnist", "mnist", "checkins-synthetic", "fortunes"
+        "digits",
+        "fashion-mnist",
+        "mnist",
+        "checkins-synthetic",
+        "checkins-synthetic-large",
+        "fortunes",
     ] = "digits"
     root: str = Field("", description="folder of the IDX files; '' = default search")
     partition: Literal["iid", "dirichlet", "property"] = "iid"
@@ -119,6 +124,11 @@ class ModelConfig(_Section):
     name: Literal["cnn", "mlp", "text-cnn", "text-gru"] = "cnn"
     dropout: float = Field(
         0.0, ge=0, lt=1, description="text models: dropout after pooling (Ch. 7.3.3)"
+    )
+    embedding_dim: int = Field(
+        0,
+        ge=0,
+        description="text models: embedding width; 0 = the thesis' (320 CNN, 100 GRU)",
     )
 
 
@@ -447,7 +457,11 @@ class ExperimentConfig(_Section):
                 f"faults.crash_rounds: {late} are not rounds of this run (1 to "
                 f"{self.rounds})"
             )
-        if self.data.root and self.data.dataset in ("digits", "checkins-synthetic"):
+        if self.data.root and self.data.dataset in (
+            "digits",
+            "checkins-synthetic",
+            "checkins-synthetic-large",
+        ):
             raise ValueError(
                 f"data.root: {self.data.dataset} needs no files (it is bundled or "
                 "generated); data.root applies to fashion-mnist, mnist and fortunes"
@@ -486,6 +500,7 @@ class ExperimentConfig(_Section):
             property_partition_size=d.property_partition_size,
             model=self.model.name,
             model_dropout=self.model.dropout,
+            model_embedding_dim=self.model.embedding_dim,
             seed=self.seed,
             batch_size=self.client.batch_size,
             learning_rate=self.strategy.learning_rate,
