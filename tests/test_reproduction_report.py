@@ -867,6 +867,33 @@ def test_table_7_2_at_3000_iterations_reads_the_fortunes_record_too():
     )
 
 
+def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
+    record = _full(0.975, 0.88)
+    flower = {
+        "dataset": "checkins",
+        "batch_size": 100,
+        "precision": 0.5,
+        "recall": 1.0,
+        "num_rounds": 3000,
+        "model_accuracy": 0.91,
+        "engine": "flower",
+    }
+    unmatched = {**flower, "batch_size": 300, "precision": 0.7, "recall": 0.98}
+    record["membership-3000-flower"] = {"rows": [flower, unmatched]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak == (
+        "checkins B=100: precision 0.975 (seed 0.99), recall 1.000; through "
+        "Flower: checkins B=100: precision 0.500 (in-process 0.975), recall "
+        "1.000, checkins B=300: precision 0.700, recall 0.980"
+    )
+    assert finding.utility.endswith("; through Flower: model acc 0.91")
+    # the verdict reads the in-process rows
+    assert (finding.verdict, finding.reason) == (
+        "reproduced",
+        "precision within 0.015 of the seed at its scale, recall 1",
+    )
+
+
 def test_utility_span_collapses_when_both_ends_print_alike():
     record = _full(0.975, 0.923)
     second = {**record["membership-3000"]["rows"][1], "model_accuracy": 0.922}

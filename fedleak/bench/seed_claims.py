@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 8
+CLAIMS_VERSION: Final = 9
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -501,6 +501,11 @@ FORTUNES_3000_RECORD = "membership-3000-fortunes"
 with ``membership-3000`` when present."""
 
 
+FLOWER_3000_RECORD = "membership-3000-flower"
+"""Table 7.2 at 3,000 iterations run through Flower (``--engine flower``):
+shown beside the in-process rows; the verdict reads the in-process ones."""
+
+
 def _table_7_2_full(records: Records) -> Finding:
     rec = records["membership-3000"]
     seed = {
@@ -537,13 +542,29 @@ def _table_7_2_full(records: Records) -> Finding:
     else:
         verdict, reason = "not reproduced", "recall below 1"
     verdict, reason = _gate(verdict, reason, _accuracies(rows, "model_accuracy"))
-    return Finding(
-        "; ".join(parts),
-        _utility_per_dataset(rows),
-        _scale_per_dataset(rows),
-        verdict,
-        reason,
-    )
+    measured, utility = "; ".join(parts), _utility_per_dataset(rows)
+    flower = records.get(FLOWER_3000_RECORD, {}).get("rows", [])
+    if flower:
+        measured += "; through Flower: " + _beside_in_process(flower, rows)
+        accs = _accuracies(flower, "model_accuracy")
+        utility += f"; through Flower: {_utility(accs, 'model acc')}"
+    return Finding(measured, utility, _scale_per_dataset(rows), verdict, reason)
+
+
+def _beside_in_process(
+    flower: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+) -> str:
+    """Give each Flower row's precision and recall beside the in-process one."""
+    mine = {(r["dataset"], r["batch_size"]): r for r in rows}
+    parts = []
+    for row in flower:
+        twin = mine.get((row["dataset"], row["batch_size"]))
+        beside = f" (in-process {_f(float(twin['precision']))})" if twin else ""
+        parts.append(
+            f"{row['dataset']} B={row['batch_size']}: precision "
+            f"{_f(float(row['precision']))}{beside}, recall {_f(float(row['recall']))}"
+        )
+    return ", ".join(parts)
 
 
 def _datasets(rows: Sequence[Mapping[str, Any]]) -> list[str]:
