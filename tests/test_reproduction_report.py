@@ -886,7 +886,10 @@ def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
         "Flower: checkins B=100: precision 0.500 (in-process 0.975), recall "
         "1.000, checkins B=300: precision 0.700, recall 0.980"
     )
-    assert finding.utility.endswith("; through Flower: model acc 0.91")
+    assert finding.utility == (
+        "checkins: model acc 0.88, model AUC 0.950 / 0.950; "
+        "through Flower: model acc 0.91"
+    )
     # the verdict reads the in-process rows
     assert (finding.verdict, finding.reason) == (
         "reproduced",
