@@ -231,6 +231,14 @@ def test_bench_membership_through_flower_refuses_what_it_cannot_run(
     assert not (tmp_path / "m.json").exists()
     with pytest.raises(ConfigError, match=r"unknown engine 'ray'"):
         run_membership_bench(tmp_path / "m.json", engine="ray")
+    with pytest.raises(ConfigError, match=r"^--mean-checkins: the Flower runs use"):
+        run_membership_bench(
+            tmp_path / "m.json",
+            datasets=("checkins",),
+            engine="flower",
+            mean_checkins=34,
+        )
+    assert not (tmp_path / "m.json").exists()
     setup = default_setup("checkins", quick=True)
     config = flower_membership_config("checkins", setup, rounds=7, seed=3)
     assert (config.rounds, config.seed) == (7, 3)
@@ -252,3 +260,18 @@ def test_bench_membership_through_flower_refuses_what_it_cannot_run(
             rounds=7,
             seed=3,
         )
+
+
+@pytest.mark.in_default_run  # seconds: the quick check-in data only
+def test_bench_membership_check_ins_grow_denser_with_mean_checkins() -> None:
+    from fedleak.bench.membership import load_bench_dataset
+
+    def distinct(data) -> float:
+        return float(np.mean([np.unique(r[r != 0]).size for r in data.x_test]))
+
+    sparse = load_bench_dataset("checkins", quick=True, seed=0)
+    dense = load_bench_dataset("checkins", quick=True, seed=0, mean_checkins=34.0)
+    assert distinct(sparse) == pytest.approx(
+        distinct(load_bench_dataset("checkins", quick=True, seed=0, mean_checkins=20.0))
+    )
+    assert distinct(dense) > distinct(sparse) + 5

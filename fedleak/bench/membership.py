@@ -84,7 +84,9 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
-def load_bench_dataset(name: str, *, quick: bool, seed: int) -> TextDataset:
+def load_bench_dataset(
+    name: str, *, quick: bool, seed: int, mean_checkins: float = 20.0
+) -> TextDataset:
     """Return the benchmark's dataset ``name`` (``checkins`` or ``fortunes``).
 
     ``checkins``: synthetic check-ins (10,000 users and venues; quick:
@@ -96,9 +98,13 @@ def load_bench_dataset(name: str, *, quick: bool, seed: int) -> TextDataset:
     """
     if name == "checkins":
         size = 1500 if quick else 10000
-        return synthetic_checkin_task(size, num_areas=10, test_fraction=0.5, seed=seed)[
-            0
-        ]
+        return synthetic_checkin_task(
+            size,
+            num_areas=10,
+            test_fraction=0.5,
+            seed=seed,
+            mean_checkins=mean_checkins,
+        )[0]
     if name == "fortunes":
         categories = ["computers", "people", "work"]
         if not quick:
@@ -196,6 +202,7 @@ def run_membership_bench(
     seed: int = 0,
     iterations: int | None = None,
     engine: str = "in-process",
+    mean_checkins: float = 20.0,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Measure precision and recall vs batch size and write the JSON report.
@@ -223,24 +230,29 @@ def run_membership_bench(
         Ray (:mod:`fedleak.bench.membership_flower`; check-ins only, on the
         full-size check-in data even with ``quick``); each run's folder goes
         under ``<out stem>-runs/``.
+    mean_checkins : float
+        Check-ins per synthetic user on average (in-process check-ins only;
+        the thesis' FourSquare subset has 34, the default 20).
     progress : callable, optional
         Receives one line per run.
     """
-    _check_engine(engine, datasets)
+    _check_engine(engine, datasets, mean_checkins)
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
     record = BenchRecord("membership", record_path(out, make_folder=True))
     started = time.perf_counter()
     setups: dict[str, Any] = {}
     rows = record.start_rows(
-        {"quick": quick, "seed": seed, "engine": engine, "setups": setups}
+        {
+            "quick": quick,
+            "seed": seed,
+            "engine": engine,
+            "mean_checkins": mean_checkins,
+            "setups": setups,
+        }
     )
     for name in datasets:
-        data = (
-            load_text_task(FLOWER_DATASETS[name], seed=seed)
-            if engine == "flower"
-            else load_bench_dataset(name, quick=quick, seed=seed)
-        )
+        data = _dataset(name, engine, quick=quick, seed=seed, mean=mean_checkins)
         base = default_setup(name, quick=quick)
         if iterations is not None:
             base = replace(base, iterations=iterations)
@@ -283,10 +295,15 @@ def run_membership_bench(
     return record.finish_rows(started, {}, [plot_path.name])
 
 
-def _check_engine(engine: str, datasets: Sequence[str]) -> None:
-    """Refuse an unknown engine, or a dataset Flower has no counterpart of."""
+def _check_engine(engine: str, datasets: Sequence[str], mean_checkins: float) -> None:
+    """Refuse an unknown engine, or data Flower has no counterpart of."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
+    if engine == "flower" and mean_checkins != 20.0:
+        raise ConfigError(
+            "--mean-checkins: the Flower runs use the federation's "
+            "checkins-synthetic-large (20 check-ins a user); run in-process"
+        )
     if engine == "flower":
         for name in datasets:
             if name not in FLOWER_DATASETS:
@@ -294,6 +311,15 @@ def _check_engine(engine: str, datasets: Sequence[str]) -> None:
                     f"--engine flower: no federation dataset for {name!r}; "
                     f"choose among {sorted(FLOWER_DATASETS)}"
                 )
+
+
+def _dataset(
+    name: str, engine: str, *, quick: bool, seed: int, mean: float
+) -> TextDataset:
+    """Return the data of ``name``: the federation's for Flower, else the bench's."""
+    if engine == "flower":
+        return load_text_task(FLOWER_DATASETS[name], seed=seed)
+    return load_bench_dataset(name, quick=quick, seed=seed, mean_checkins=mean)
 
 
 def _setup_entry(base: MembershipSetup, data: TextDataset) -> dict[str, Any]:
@@ -369,6 +395,14 @@ def command(
             "(check-ins only)."
         ),
     ] = "in-process",
+    mean_checkins: Annotated[
+        float,
+        typer.Option(
+            min=10.0,
+            help="Check-ins per synthetic user on average (the thesis' "
+            "FourSquare subset: 34).",
+        ),
+    ] = 20.0,
 ) -> None:
     """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""
     report = run_membership_bench(
@@ -379,6 +413,7 @@ def command(
         seed=seed,
         iterations=iterations,
         engine=engine,
+        mean_checkins=mean_checkins,
         progress=say,
     )
     table = Table("dataset", "batch", "precision", "recall", "|V_t|", "rounds", "s")

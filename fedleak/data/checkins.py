@@ -553,12 +553,14 @@ def synthetic_checkin_task(
     test_fraction: float,
     seed: int,
     home_fraction: float = 0.7,
+    mean_checkins: float = 20.0,
 ) -> tuple[TextDataset, SyntheticCheckins]:
     """Return the benchmarks' check-in task and the check-ins it encodes.
 
     :func:`synthetic_checkins` with ``size`` users and
-    venues in ``num_areas`` home areas (Zipf exponent 1, 20 check-ins per
-    user on average, a share ``home_fraction`` of them in the home area),
+    venues in ``num_areas`` home areas (Zipf exponent 1, ``mean_checkins``
+    check-ins per user on average, at least 10, a share ``home_fraction`` of
+    them in the home area),
     encoded by :func:`checkin_dataset` as records of
     60 venues among the top 30,000, labelled with the user attribute, a
     share ``test_fraction`` of the users held out. ``seed`` drives both.
@@ -568,7 +570,7 @@ def synthetic_checkin_task(
         num_venues=size,
         num_areas=num_areas,
         zipf_exponent=1.0,
-        mean_checkins=20.0,
+        mean_checkins=mean_checkins,
         home_fraction=home_fraction,
         seed=seed,
     )
