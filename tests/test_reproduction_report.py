@@ -895,6 +895,21 @@ def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
         "reproduced",
         "precision within 0.015 of the seed at its scale, recall 1",
     )
+    dense = {**flower, "precision": 0.99, "model_accuracy": 0.96}
+    record["membership-3000-dense"] = {"mean_checkins": 34.0, "rows": [dense]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "; 34.0 check-ins a user: checkins B=100: precision 0.990 (sparser "
+        "0.975), recall 1.000"
+    )
+    assert finding.utility.endswith(
+        "; through Flower: model acc 0.91; 34.0 check-ins a user: model acc 0.96"
+    )
+    assert finding.verdict == "reproduced"
+    record["membership-3000-dense"]["rows"] = []  # an empty record adds nothing
+    assert assess(_claim("000 Table 7.2, 3,000 iterations"), record).fedleak.endswith(
+        "checkins B=300: precision 0.700, recall 0.980"
+    )
 
 
 def test_utility_span_collapses_when_both_ends_print_alike():

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 9
+CLAIMS_VERSION: Final = 10
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -506,6 +506,11 @@ FLOWER_3000_RECORD = "membership-3000-flower"
 shown beside the in-process rows; the verdict reads the in-process ones."""
 
 
+DENSE_3000_RECORD = "membership-3000-dense"
+"""Table 7.2 at 3,000 iterations on denser synthetic check-ins
+(``--mean-checkins``): shown beside the default stand-in's rows."""
+
+
 def _table_7_2_full(records: Records) -> Finding:
     rec = records["membership-3000"]
     seed = {
@@ -543,23 +548,34 @@ def _table_7_2_full(records: Records) -> Finding:
         verdict, reason = "not reproduced", "recall below 1"
     verdict, reason = _gate(verdict, reason, _accuracies(rows, "model_accuracy"))
     measured, utility = "; ".join(parts), _utility_per_dataset(rows)
-    flower = records.get(FLOWER_3000_RECORD, {}).get("rows", [])
-    if flower:
-        measured += "; through Flower: " + _beside_in_process(flower, rows)
-        accs = _accuracies(flower, "model_accuracy")
-        utility += f"; through Flower: {_utility(accs, 'model acc')}"
+    for name in (FLOWER_3000_RECORD, DENSE_3000_RECORD):
+        other = records.get(name, {})
+        if not other.get("rows"):
+            continue
+        label, twin = (
+            ("through Flower", "in-process")
+            if name == FLOWER_3000_RECORD
+            else (f"{other.get('mean_checkins', '?')} check-ins a user", "sparser")
+        )
+        measured += f"; {label}: " + _beside_in_process(other["rows"], rows, twin)
+        accs = _accuracies(other["rows"], "model_accuracy")
+        utility += f"; {label}: {_utility(accs, 'model acc')}"
     return Finding(measured, utility, _scale_per_dataset(rows), verdict, reason)
 
 
 def _beside_in_process(
-    flower: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+    other: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], twin: str
 ) -> str:
-    """Give each Flower row's precision and recall beside the in-process one."""
+    """Give each ``other`` row's precision and recall beside the ``rows``' one.
+
+    ``twin`` names what the main rows are against the other run (``in-process``
+    beside the Flower runs).
+    """
     mine = {(r["dataset"], r["batch_size"]): r for r in rows}
     parts = []
-    for row in flower:
-        twin = mine.get((row["dataset"], row["batch_size"]))
-        beside = f" (in-process {_f(float(twin['precision']))})" if twin else ""
+    for row in other:
+        match = mine.get((row["dataset"], row["batch_size"]))
+        beside = f" ({twin} {_f(float(match['precision']))})" if match else ""
         parts.append(
             f"{row['dataset']} B={row['batch_size']}: precision "
             f"{_f(float(row['precision']))}{beside}, recall {_f(float(row['recall']))}"
