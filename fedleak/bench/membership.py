@@ -352,7 +352,8 @@ def _measure(
             seed=seed,
             run_dir=record.sibling("runs") / f"{name}-b{setup.batch_size}",
         )
-    return simulate_membership(data, setup, seed=seed).as_dict()
+    measured: dict[str, Any] = simulate_membership(data, setup, seed=seed).as_dict()
+    return measured
 
 
 def _flower_rounds(setup: MembershipSetup, num_train: int) -> int:
@@ -362,8 +363,9 @@ def _flower_rounds(setup: MembershipSetup, num_train: int) -> int:
     one more round lets the adversary read the last one's change.
     """
     if setup.iterations is not None:
-        return setup.iterations + 1
-    return setup.epochs * math.ceil((num_train // 2) / setup.batch_size) + 1
+        return int(setup.iterations) + 1
+    per_epoch = math.ceil((num_train // 2) / int(setup.batch_size))
+    return int(setup.epochs) * per_epoch + 1
 
 
 def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
