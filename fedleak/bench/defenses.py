@@ -80,7 +80,7 @@ from fedleak.attacks.membership.simulation import (
     simulate_membership,
 )
 from fedleak.attacks.property.simulation import simulate_property
-from fedleak.data.checkins import checkin_users
+from fedleak.data.checkins import checkin_users, synthetic_checkin_task
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
 from fedleak.errors import ConfigError, DataError
@@ -89,7 +89,6 @@ from fedleak.training import batch_gradient
 
 from .console import fmt, say, written
 from .console import out as console
-from .membership import synthetic_checkin_task
 from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
 

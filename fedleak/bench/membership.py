@@ -63,7 +63,6 @@ __all__ = [
     "DATASETS",
     "default_setup",
     "load_bench_dataset",
-    "synthetic_checkin_task",
     "run_membership_bench",
 ]
 
@@ -90,8 +89,9 @@ def load_bench_dataset(
     """Return the benchmark's dataset ``name`` (``checkins`` or ``fortunes``).
 
     ``checkins``: synthetic check-ins (10,000 users and venues; quick:
-    1,500), 10 home areas, Zipf exponent 1, 20 check-ins per user on average;
-    users with >= 10 distinct venues; records of length 60; the top-30,000
+    1,500), 10 home areas, Zipf exponent 1, ``mean_checkins`` check-ins per
+    user on average (default 20; the thesis' FourSquare subset: 34); users
+    with >= 10 distinct venues; records of length 60; the top-30,000
     venues; half of the users held out (the non-members). ``fortunes``: six
     fortune categories (quick: three), entries of at most 400 characters,
     length 50 (quick: 30), the top-5,000 words, half held out.
