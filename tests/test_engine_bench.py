@@ -56,8 +56,10 @@ def test_the_peer_runs_flowers_polling_and_pays_at_least_one_poll_a_round(record
         "engine": "flower",
         "poll_interval": FLOWER_POLL_INTERVAL,
         "wake_ups": False,
+        "actor_batch": 1,
     }
     assert experiment["fedleak"]["engine"]["wake_ups"] is True
+    assert experiment["fedleak"]["engine"]["actor_batch"] == 16
     # Flower's Grid pulls once right after the push (no reply can be there yet:
     # the dispatcher has not even run) and then sleeps its 0.1 s
     assert min(experiment["flower"]["round_s"]) >= FLOWER_POLL_INTERVAL

@@ -88,4 +88,5 @@ def test_flwr_run_dot_runs_the_configured_experiment(tmp_path):
         "engine": "fedleak",
         "poll_interval": 0.002,
         "wake_ups": True,
+        "actor_batch": 16,
     }

@@ -8,7 +8,7 @@ import pytest
 
 from fedleak.bench.strategies import run_strategy_bench
 from fedleak.errors import ConfigError
-from fedleak.runtime.engine import DEFAULT_POLL_INTERVAL
+from fedleak.runtime.engine import DEFAULT_ACTOR_BATCH, DEFAULT_POLL_INTERVAL
 
 
 @pytest.mark.slow
@@ -20,6 +20,7 @@ def test_the_strategies_run_on_fedleaks_engine_and_the_record_says_so(tmp_path):
         "engine": "fedleak",
         "poll_interval": DEFAULT_POLL_INTERVAL,
         "wake_ups": True,
+        "actor_batch": DEFAULT_ACTOR_BATCH,
     }
     assert set(record["strategies"]) == {"sync-sgd", "model-averaging", "fedavg"}
     for name, stats in record["strategies"].items():

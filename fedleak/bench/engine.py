@@ -308,7 +308,9 @@ def _simulate_secure(config: ExperimentConfig, fast: bool, verbose: bool) -> Any
             outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
 
     engine: AbstractContextManager[bool] = (
-        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
+        fast_engine(config.federation.poll_interval, config.federation.actor_batch)
+        if fast
+        else nullcontext(False)
     )
     with quiet_flower(verbose), engine:
         run_simulation(

@@ -49,6 +49,7 @@ from fedleak.experiments.server import initial_arrays
 from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
+    actor_batch_in_use,
     engine_active,
     fast_engine,
     simulation_backend_config,
@@ -153,6 +154,7 @@ def _timing_server_app(
         grid = EngineGrid(grid, poll, timing=False)
         engine_used["poll_interval"] = grid.poll_interval
         engine_used["wake_ups"] = grid.in_memory and engine_active()
+        engine_used["actor_batch"] = actor_batch_in_use()
         arrays = initial_arrays(config)
         for block in range(blocks):
             order = names[block % len(names) :] + names[: block % len(names)]
@@ -180,7 +182,9 @@ def _simulate(server_app: ServerApp, config: ExperimentConfig, verbose: bool) ->
 
     fast = config.federation.engine == "fedleak"
     running: AbstractContextManager[bool] = (
-        fast_engine(config.federation.poll_interval) if fast else nullcontext(False)
+        fast_engine(config.federation.poll_interval, config.federation.actor_batch)
+        if fast
+        else nullcontext(False)
     )
     with quiet_flower(verbose), running:
         run_simulation(

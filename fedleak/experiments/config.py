@@ -162,7 +162,11 @@ class FederationConfig(_Section):
     the fallback between polls (2 ms: a missed wake-up costs at most that,
     and an idle poll is one scan of the in-memory LinkState). ``"flower"``
     keeps Flower's own polling (0.1 s per message exchange), for comparison.
-    Both give the same results for the same seed. ``server_threads`` caps
+    Both give the same results for the same seed. ``actor_batch`` is the most
+    messages the fedleak engine hands a Ray actor in one call
+    (:mod:`fedleak.runtime.actor_batches`; 1 = one per call, as Flower):
+    with 30 clients per exchange one call each cost more than the clients'
+    work. ``server_threads`` caps
     the server process's native threads (torch, BLAS, OpenMP) for the whole
     run: its Ray actors hold the CPUs, and oversubscribed pools spin and wait
     for each other (:func:`fedleak.training.native_threads`; 0 leaves the
@@ -178,6 +182,12 @@ class FederationConfig(_Section):
     engine: Literal["fedleak", "flower"] = "fedleak"
     poll_interval: float = Field(
         0.002, gt=0, le=1, description="seconds between polls for replies"
+    )
+    actor_batch: int = Field(
+        16,
+        ge=1,
+        description="most messages the fedleak engine hands a Ray actor in one "
+        "call; 1 = one per call, as Flower's engine",
     )
     server_threads: int = Field(
         1,

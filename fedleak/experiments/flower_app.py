@@ -131,7 +131,7 @@ def main(grid: Grid, context: Context) -> None:
     recorder = RunRecorder(config, run_dir)
     federation = config.federation
     engine: AbstractContextManager[bool] = (
-        fast_engine(federation.poll_interval)
+        fast_engine(federation.poll_interval, federation.actor_batch)
         if federation.engine == "fedleak"
         else nullcontext(False)
     )

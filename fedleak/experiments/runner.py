@@ -170,7 +170,9 @@ def simulate(
         verbose=verbose,
     )
     engine: AbstractContextManager[bool] = (
-        fast_engine(federation.poll_interval) if fast else nullcontext(False)
+        fast_engine(federation.poll_interval, federation.actor_batch)
+        if fast
+        else nullcontext(False)
     )
     signals: AbstractContextManager[None] = (
         keep_signals_from_ray() if control is not None else nullcontext()

@@ -51,6 +51,7 @@ from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     StoppableGrid,
+    actor_batch_in_use,
     engine_active,
 )
 from fedleak.runtime.lifecycle import RunControl, RunStopped
@@ -243,6 +244,7 @@ class RunRecorder:
             "engine": engine,
             "poll_interval": grid.poll_interval,
             "wake_ups": grid.in_memory and engine_active(),
+            "actor_batch": actor_batch_in_use(),
         }
 
     def _test_set(self) -> tuple[torch.Tensor, torch.Tensor]:

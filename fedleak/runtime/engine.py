@@ -20,6 +20,10 @@ compute, took 0.1-0.2 s; a secure-aggregation round at least 0.3 s).
   Flower's functions by signature and otherwise warns and keeps Flower's
   polling (slower, same results); outside a :func:`fast_engine` block the
   swapped functions behave exactly like Flower's.
+- Inside the block Flower's worker threads also run several messages per
+  Ray call (:mod:`fedleak.runtime.actor_batches`, ``actor_batch``): one
+  call per message cost more on the server's cores than most clients'
+  work.
 - :func:`simulation_backend_config` lets Ray inline messages up to
   :data:`RAY_INLINE_BYTES` in its task RPCs, and :func:`keep_freed_memory`
   stops glibc from returning memory that the next round faults in again.
@@ -31,6 +35,7 @@ compute, took 0.1-0.2 s; a secure-aggregation round at least 0.3 s).
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 import logging
 import os
@@ -49,10 +54,12 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+from .actor_batches import DEFAULT_ACTOR_BATCH, serve_messages
 from .lifecycle import RunControl, RunStopped, ray_address_in_use
 
 __all__ = [
     "StoppableGrid",
+    "DEFAULT_ACTOR_BATCH",
     "DEFAULT_POLL_INTERVAL",
     "FLOWER_POLL_INTERVAL",
     "MALLOC_ENV",
@@ -63,6 +70,7 @@ __all__ = [
     "WAKE_FALLBACK_S",
     "EngineGrid",
     "Exchange",
+    "actor_batch_in_use",
     "engine_active",
     "fast_engine",
     "install_engine",
@@ -118,6 +126,14 @@ _COMPUTE_KEY = "compute-s"
 _SIGNATURES = {
     "add_messages_to_queue": ["state", "queue", "nodes_mapping", "f_stop"],
     "put_message_into_state": ["state", "queue", "f_stop"],
+    "worker": [
+        "messageins_queue",
+        "messageres_queue",
+        "node_info_store",
+        "backend",
+        "f_stop",
+        "metrics",
+    ],
 }
 
 
@@ -193,6 +209,7 @@ def timing_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
 class _EngineState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     active: list[float] = field(default_factory=list)  # poll intervals in use
+    batches: list[int] = field(default_factory=list)  # actor_batch of each block
     originals: dict[str, Callable[..., None]] = field(default_factory=dict)
     pushed: threading.Event = field(default_factory=threading.Event)
     replied: threading.Event = field(default_factory=threading.Event)
@@ -258,10 +275,29 @@ def _store_replies(state: Any, queue: Queue[Message], f_stop: Any) -> None:
         _ENGINE.replied.set()
 
 
+def actor_batch_in_use() -> int:
+    """Return the most messages per actor call now: 1 (Flower's) outside any block."""
+    batches = list(_ENGINE.batches)
+    return min(batches) if batches else 1
+
+
+# Flower's ``worker``; inside :func:`fast_engine` several messages per call
+_worker = functools.partial(serve_messages, limit=actor_batch_in_use)
+
+
 def _vce_api() -> Any:
     from flwr.server.superlink.fleet.vce import vce_api
 
     return vce_api
+
+
+def _global_names(code: Any) -> set[str]:
+    """Names a function's code (and the comprehensions in it) looks up."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
 
 
 def install_engine() -> bool:
@@ -277,7 +313,7 @@ def install_engine() -> bool:
         if _ENGINE.originals:
             return True
         module = _vce_api()
-        called = set(module.run_api.__code__.co_names)
+        called = _global_names(module.run_api.__code__)
         for name, params in _SIGNATURES.items():
             fn = getattr(module, name, None)
             if (
@@ -296,6 +332,7 @@ def install_engine() -> bool:
         for name, replacement in (
             ("add_messages_to_queue", _dispatch),
             ("put_message_into_state", _store_replies),
+            ("worker", _worker),
         ):
             _ENGINE.originals[name] = getattr(module, name)
             setattr(module, name, replacement)
@@ -312,7 +349,10 @@ def uninstall_engine() -> None:
 
 
 @contextmanager
-def fast_engine(poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[bool]:
+def fast_engine(
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    actor_batch: int = DEFAULT_ACTOR_BATCH,
+) -> Iterator[bool]:
     """Run the Flower simulations started inside the block without waiting steps.
 
     Flower's engine looks its functions up when ``run_simulation`` starts its
@@ -327,6 +367,10 @@ def fast_engine(poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[bool]:
         the dispatcher itself sleeps until a push (at most
         :data:`WAKE_FALLBACK_S`), and Grids that are not woken poll at
         their own ``poll_interval``.
+    actor_batch : int, default=DEFAULT_ACTOR_BATCH
+        The most messages one Ray call carries to an actor
+        (:mod:`~fedleak.runtime.actor_batches`); 1 is Flower's one message
+        per call. Concurrent blocks use the smallest.
 
     Yields
     ------
@@ -336,17 +380,25 @@ def fast_engine(poll_interval: float = DEFAULT_POLL_INTERVAL) -> Iterator[bool]:
     """
     if not poll_interval > 0:
         raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+    if (
+        isinstance(actor_batch, bool)
+        or not isinstance(actor_batch, int)
+        or actor_batch < 1
+    ):
+        raise ValueError(f"actor_batch must be an integer >= 1, got {actor_batch!r}")
     environ = {name: os.environ.get(name) for name in MALLOC_ENV}
     keep_freed_memory()
     installed_here = not _ENGINE.originals
     swapped = install_engine()
     with _ENGINE.lock:
         _ENGINE.active.append(poll_interval)
+        _ENGINE.batches.append(actor_batch)
     try:
         yield swapped
     finally:
         with _ENGINE.lock:
             _ENGINE.active.remove(poll_interval)
+            _ENGINE.batches.remove(actor_batch)
         if installed_here and swapped:
             uninstall_engine()
         for name, value in environ.items():

@@ -1,0 +1,435 @@
+"""Several messages per Ray actor call: the batching worker, on Flower's own actor logic.
+
+The actor here is Flower's ``VirtualClientEngineActor`` (what its Ray actor
+runs), called in this process; the pool and the stream are fakes of Ray's.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from queue import Queue
+from typing import Any
+
+import pytest
+from flower_fakes import metadata
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
+from flwr.simulation.ray_transport.ray_actor import VirtualClientEngineActor
+
+from fedleak.runtime import actor_batches
+from fedleak.runtime.actor_batches import (
+    BATCH_BELOW_S,
+    Pace,
+    batch_size,
+    run_jobs,
+    serve_messages,
+    take_batch,
+)
+
+RUN = 1
+
+
+def build_app() -> ClientApp:
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        config = msg.content.config_records["config"]
+        if config.get("fail"):
+            raise RuntimeError(f"client {context.node_config['partition-id']} fails")
+        seen = int(
+            context.state.config_records.get("seen", ConfigRecord({"n": 0}))["n"]
+        )
+        context.state["seen"] = ConfigRecord({"n": seen + 1})
+        config["touched"] = True  # a handler may change what it received
+        partition = int(context.node_config["partition-id"])
+        content = RecordDict(
+            {"m": MetricRecord({"partition": partition, "x": config["x"]})}
+        )
+        return Message(content, reply_to=msg)
+
+    return app
+
+
+APP = build_app()
+
+
+def app_fn() -> ClientApp:
+    return APP
+
+
+class Actor(VirtualClientEngineActor):
+    """Flower's actor logic (``run``), outside Ray."""
+
+
+class Store:
+    """One node's Context store (Flower's ``DeprecatedRunInfoStore`` calls)."""
+
+    def __init__(self, partition: int) -> None:
+        self.context = Context(
+            run_id=RUN,
+            node_id=partition,
+            node_config={"partition-id": partition},
+            state=RecordDict(),
+            run_config={},
+        )
+        self.updates = 0
+
+    def retrieve_context(self, run_id: int) -> Context:
+        assert run_id == RUN
+        return self.context
+
+    def update_context(self, run_id: int, context: Context) -> None:
+        self.context = context
+        self.updates += 1
+
+
+class Call:
+    """``actor.__ray_call__.remote(fn, *args)``, run at once."""
+
+    def __init__(self, actor: Actor, pool: Pool) -> None:
+        self.actor = actor
+        self.pool = pool
+
+    def remote(self, fn: Any, *args: Any) -> list[bytes]:
+        self.pool.calls.append(len(args[-1]))
+        if self.pool.dies:
+            return DeadActor()  # type: ignore[return-value]
+        return fn(self.actor, *args)
+
+
+class DeadActor:
+    """What ``ray.get`` raises for a call whose actor died."""
+
+
+class Pool:
+    """Flower's ``BasicActorPool`` calls the worker makes."""
+
+    def __init__(self, dies: bool = False) -> None:
+        self.actor = Actor()
+        self.actor.__ray_call__ = Call(self.actor, self)  # type: ignore[attr-defined]
+        self.calls: list[int] = []
+        self.returned = 0
+        self.dies = dies
+
+    def submit(self, actor_fn: Any, job: tuple[Any, Any, Any, Any]) -> Any:
+        return actor_fn(self.actor, *job)
+
+    def add_actor_back_to_pool(self, future: Any) -> None:
+        self.returned += 1
+
+
+class Backend:
+    """Flower's ``RayBackend`` as the worker sees it."""
+
+    def __init__(self, pool: Pool | None, workers: int = 2) -> None:
+        self.pool = pool
+        self.app_fn = app_fn
+        self.num_workers = workers
+        self.processed: list[int] = []
+
+    def process_message(
+        self, message: Message, context: Context
+    ) -> tuple[Message, Context]:
+        self.processed.append(message.metadata.dst_node_id)
+        _, reply, context = Actor().run(app_fn, message, "", context)
+        return reply, context
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.runtimes: list[float] = []
+
+    def add_clientapp_runtime(self, seconds: float) -> None:
+        self.runtimes.append(seconds)
+
+
+def message(
+    node: int, *, fail: bool = False, config: ConfigRecord | None = None
+) -> Message:
+    config = config if config is not None else ConfigRecord({"x": node * 10})
+    if fail:
+        config["fail"] = True
+    meta = metadata(0, dst=node)
+    meta.__dict__["_run_id"] = RUN
+    return Message(RecordDict({"config": config}), metadata=meta)
+
+
+def fetch(future: Any) -> list[bytes]:
+    if isinstance(future, DeadActor):
+        raise ConnectionError("the actor died")
+    return future
+
+
+@pytest.fixture(autouse=True)
+def local_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call returns the pickled outcomes themselves (no Ray object refs)."""
+    monkeypatch.setattr(actor_batches, "_fetch", fetch)
+    monkeypatch.setattr(actor_batches, "_QUEUE_WAIT_S", 0.02)  # a quick stop
+
+
+def serve(
+    messages: list[Message], backend: Backend, limit: int
+) -> tuple[dict[int, Message], dict[int, Store], Metrics]:
+    """Run one worker until every message has its reply."""
+    stores = {m.metadata.dst_node_id: Store(m.metadata.dst_node_id) for m in messages}
+    inbox: Queue[Message] = Queue()
+    outbox: Queue[Message] = Queue()
+    for m in messages:
+        inbox.put(m)
+    stop = threading.Event()
+    metrics = Metrics()
+    worker = threading.Thread(
+        target=serve_messages,
+        args=(inbox, outbox, stores, backend, stop, metrics),
+        kwargs={"limit": lambda: limit},
+    )
+    worker.start()
+    replies = {}
+    for _ in messages:
+        reply = outbox.get(timeout=10)
+        replies[reply.metadata.reply_to_message_id] = reply
+    stop.set()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert outbox.empty()
+    by_node = {m.metadata.dst_node_id: replies[m.metadata.message_id] for m in messages}
+    return by_node, stores, metrics
+
+
+# ------------------------------------------------------------------- sizing
+@pytest.mark.parametrize(
+    ("queued", "idle", "limit", "expected"),
+    [
+        (29, 2, 16, 15),  # 30 messages, 2 idle actors: half each
+        (14, 1, 16, 15),  # the last idle worker takes all that is left
+        (29, 2, 4, 4),  # never beyond the limit
+        (0, 2, 16, 1),
+        (3, 4, 16, 1),
+        (-1, 0, 16, 1),  # nonsense counts still give one message
+    ],
+)
+def test_the_idle_workers_split_the_queue_evenly(queued, idle, limit, expected):
+    assert batch_size(queued, idle, limit) == expected
+
+
+def test_the_pace_splits_among_idle_workers_and_stops_batching_heavy_messages():
+    pace = Pace(workers=2)
+    assert pace.size(queued=29, limit=16) == 15  # 2 idle
+    assert pace.size(queued=14, limit=16) == 15  # 1 idle: the rest
+    pace.done(15, 0.015)  # 1 ms a message
+    pace.done(15, 0.015)
+    assert pace.busy == 0
+    assert pace.per_message_s == pytest.approx(0.001)
+    assert pace.size(queued=9, limit=16) == 5
+    pace.done(5, 5 * BATCH_BELOW_S * 10)  # messages became heavy
+    assert pace.per_message_s >= BATCH_BELOW_S
+    assert pace.size(queued=9, limit=16) == 1  # one message per call again
+    pace.done(1, 0.0)  # and they turn light: batching comes back
+    for _ in range(20):
+        pace.size(queued=0, limit=16)
+        pace.done(1, 0.0)
+    assert pace.size(queued=9, limit=16) == 5
+
+
+# ------------------------------------------------------------------- batches
+def take(messages: list[Message], size: int):
+    queue: Queue[Message] = Queue()
+    for m in messages[1:]:
+        queue.put(m)
+    stores = {m.metadata.dst_node_id: Store(m.metadata.dst_node_id) for m in messages}
+
+    def context_of(m: Message) -> Context:
+        return stores[m.metadata.dst_node_id].context
+
+    batch, jobs, held = take_batch(messages[0], queue, size, context_of)
+    return batch, jobs, held, queue
+
+
+def test_a_batch_takes_up_to_its_size_of_distinct_nodes():
+    messages = [message(n) for n in (1, 2, 3, 4, 5)]
+    batch, jobs, held, queue = take(messages, 3)
+    assert batch == messages[:3]
+    assert held is None
+    assert queue.qsize() == 2
+    for m, job in zip(batch, jobs, strict=True):
+        sent, cid, context = pickle.loads(job)
+        assert sent.metadata.message_id == m.metadata.message_id
+        assert cid == str(m.metadata.dst_node_id)
+        assert context.node_config["partition-id"] == m.metadata.dst_node_id
+
+
+def test_a_second_message_for_a_node_in_the_batch_waits_for_the_next_call():
+    messages = [message(1), message(2), message(1), message(3)]
+    batch, _, held, queue = take(messages, 16)
+    assert batch == messages[:2]
+    assert held is messages[2]
+    assert queue.qsize() == 1
+
+
+def test_a_batch_stops_before_its_bytes_run_over(monkeypatch):
+    messages = [message(n) for n in (1, 2, 3)]
+    one_job = len(take(messages[:1], 1)[1][0])
+    monkeypatch.setattr(actor_batches, "BATCH_BYTES", int(2.5 * one_job))
+    batch, _, held, _ = take(messages, 16)
+    assert batch == messages[:2]
+    assert held is messages[2]
+    monkeypatch.setattr(actor_batches, "BATCH_BYTES", 1)  # one job always goes
+    batch, _, held, _ = take(messages, 16)
+    assert batch == messages[:1]
+    assert held is messages[1]
+
+
+def test_the_messages_of_a_batch_share_no_objects():
+    """Each job is pickled alone, as when Ray sends one message per call."""
+    shared = ConfigRecord({"x": 1})
+    messages = [message(1, config=shared), message(2, config=shared)]
+    _, jobs, _, _ = take(messages, 16)
+    first, second = (pickle.loads(job)[0] for job in jobs)
+    first.content.config_records["config"]["x"] = 99
+    assert second.content.config_records["config"]["x"] == 1
+
+
+# ------------------------------------------------------------------ the actor
+def test_the_actor_returns_every_outcome_and_an_error_does_not_stop_the_batch():
+    stores = {n: Store(n) for n in (1, 2, 3)}
+    jobs = [
+        pickle.dumps((message(n, fail=n == 2), str(n), stores[n].context))
+        for n in (1, 2, 3)
+    ]
+    outcomes = [pickle.loads(blob) for blob in run_jobs(Actor(), app_fn, jobs)]
+    assert [o[0] for o in outcomes] == [True, False, True]
+    _, reply, context = outcomes[0]
+    assert reply.content.metric_records["m"]["partition"] == 1
+    assert context.state.config_records["seen"]["n"] == 1
+    _, code, reason, text, trace = outcomes[1]
+    assert code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    assert "ClientAppException" in reason and "client 2 fails" in reason
+    assert text.splitlines()[-1].endswith("client 2 fails")
+    assert "Traceback" in trace
+    assert outcomes[2][1].content.metric_records["m"]["partition"] == 3
+
+
+def test_an_actor_that_cannot_load_the_app_reports_flowers_code():
+    def no_app() -> ClientApp:
+        from flwr.clientapp.client_app import LoadClientAppError
+
+        raise LoadClientAppError("no app")
+
+    job = pickle.dumps((message(1), "1", Store(1).context))
+    (blob,) = run_jobs(Actor(), no_app, [job])
+    ok, code, reason, _, _ = pickle.loads(blob)
+    assert not ok
+    assert code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+    assert "no app" in reason
+
+
+# -------------------------------------------------------------- the worker
+@pytest.mark.parametrize("limit", [1, 4, 16])
+def test_every_message_gets_its_reply_and_its_node_its_context(limit):
+    messages = [message(n, fail=n == 3) for n in range(1, 8)]
+    pool = Pool()
+    backend = Backend(pool, workers=2)
+    replies, stores, metrics = serve(messages, backend, limit)
+    for node, reply in replies.items():
+        if node == 3:
+            assert reply.has_error()
+            assert reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+            assert "client 3 fails" in reply.error.reason
+            assert stores[node].updates == 0
+            continue
+        assert reply.content.metric_records["m"]["partition"] == node
+        assert reply.content.metric_records["m"]["x"] == node * 10
+        assert stores[node].context.state.config_records["seen"]["n"] == 1
+        assert stores[node].updates == 1
+    ids = [r.metadata.message_id for r in replies.values()]
+    assert all(ids) and len(set(ids)) == len(ids)
+    assert len(metrics.runtimes) == len(messages)
+    if limit == 1:  # Flower's own call: one process_message per message
+        assert sorted(backend.processed) == list(range(1, 8))
+        assert pool.calls == []
+    else:
+        assert backend.processed == []
+        assert sum(pool.calls) == len(messages)
+        assert max(pool.calls) <= limit
+        assert len(pool.calls) < len(messages)  # fewer calls than messages
+        assert pool.returned == len(pool.calls)  # the actor always goes back
+
+
+def test_the_handler_sees_its_own_copy_in_a_batch():
+    """A handler that changes its request does not change the next message's."""
+    shared = ConfigRecord({"x": 5})
+    messages = [message(1, config=shared), message(2, config=shared)]
+    replies, _, _ = serve(messages, Backend(Pool()), 16)
+    assert all(r.content.metric_records["m"]["x"] == 5 for r in replies.values())
+    assert "touched" not in shared  # the server's message is untouched
+
+
+def test_a_backend_without_an_actor_pool_gets_flowers_one_message_calls():
+    backend = Backend(None)
+    replies, _, _ = serve([message(1), message(2)], backend, 16)
+    assert sorted(backend.processed) == [1, 2]
+    assert all(not r.has_error() for r in replies.values())
+
+
+def test_an_actor_that_dies_fails_its_whole_batch_and_goes_back_to_the_pool():
+    messages = [message(n) for n in range(1, 6)]
+    pool = Pool(dies=True)
+    replies, stores, metrics = serve(messages, Backend(pool, workers=1), 16)
+    assert pool.calls == [len(messages)]  # one call, all five
+    for node, reply in replies.items():
+        assert reply.has_error()
+        assert reply.error.code == ErrorCode.UNKNOWN
+        assert "the actor died" in reply.error.reason
+        assert stores[node].updates == 0
+    assert pool.returned == 1
+    assert len(metrics.runtimes) == len(messages)
+
+
+def test_a_message_that_cannot_be_pickled_fails_alone():
+    class Unpicklable:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            raise TypeError("cannot pickle this")
+
+    messages = [message(n) for n in range(1, 5)]
+    stores = {n: Store(n) for n in range(1, 5)}
+    stores[3].context.node_config["bad"] = Unpicklable()  # type: ignore[index]
+    queue: Queue[Message] = Queue()
+    for m in messages[1:]:
+        queue.put(m)
+
+    def context_of(m: Message) -> Context:
+        return stores[m.metadata.dst_node_id].context
+
+    batch, _, held = take_batch(messages[0], queue, 16, context_of)
+    assert batch == messages[:2] and held is messages[2]
+    with pytest.raises((TypeError, pickle.PicklingError)):
+        take_batch(held, queue, 16, context_of)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("limit", [1, 16])
+def test_a_client_error_is_logged_as_flowers_worker_logs_it(limit):
+    """The exception, then its traceback: what fedleak's one-line filter shortens."""
+    handler = _Records()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        serve([message(1), message(2, fail=True)], Backend(Pool()), limit)
+    finally:
+        logger.removeHandler(handler)
+    exception, trace = handler.records
+    assert isinstance(exception.msg, BaseException)
+    assert str(exception.msg).splitlines()[-1].endswith("client 2 fails")
+    assert trace.getMessage().startswith("Traceback (most recent call last)")
