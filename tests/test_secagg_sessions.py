@@ -161,6 +161,61 @@ def test_a_restored_session_continues_the_round() -> None:
     np.testing.assert_allclose(total, expected, atol=1e-9)
 
 
+@pytest.mark.parametrize("mode", ["double-masking", "thesis"])
+def test_a_session_agrees_with_each_peer_key_once(monkeypatch, mode: str) -> None:
+    """Round 2 reuses round 1's X25519 secrets; a peer that re-keyed is agreed anew."""
+    import fedleak.secagg.client as client_module
+
+    calls: list[tuple[bytes, bytes]] = []
+    real_agree = client_module.agree
+
+    def counting_agree(secret: bytes, key: bytes) -> bytes:
+        calls.append((secret, key))
+        return real_agree(secret, key)
+
+    monkeypatch.setattr(client_module, "agree", counting_agree)
+    server, clients = federation(mode)
+    me = clients[NODES[0]]
+
+    def one_round(tag: int) -> np.ndarray:
+        aggregation = server.begin_round(NODES, length=LENGTH, modulus_bits=32)
+        for node, request in aggregation.upload_requests().items():
+            session = clients[node]
+            reply = session.upload(session.plan_upload(request), encoded(node, tag))
+            aggregation.add_upload(node, reply)
+            # the carrier writes the state out and reads it back between messages
+            clients[node] = ClientSession(
+                node, ClientState.from_record(session.state.to_record()), session.guards
+            )
+        for node, request in aggregation.unmask_requests().items():
+            aggregation.add_unmask(node, clients[node].unmask(request))
+        return FP.decode(aggregation.finish().groups[0].total)
+
+    def mine() -> list[bytes]:
+        return [key for secret, key in calls if secret == me.state.secret]
+
+    total = one_round(0)
+    assert len(mine()) == len(NODES) - 1
+    np.testing.assert_allclose(total, sum(FP.decode(encoded(n, 0)) for n in NODES))
+
+    calls.clear()
+    total = one_round(1)
+    assert mine() == []  # every peer kept its key: no agreement in round 2
+    np.testing.assert_allclose(total, sum(FP.decode(encoded(n, 1)) for n in NODES))
+
+    # a peer re-keys (a new session): only its secret is agreed anew, and the
+    # sum is still exact (a stale secret would leave its pairwise masks in)
+    rekeyed = NODES[3]
+    clients[rekeyed] = ClientSession.start(
+        rekeyed, clients[rekeyed].guards, np.random.default_rng(9)
+    )
+    server.add_advertisement(rekeyed, clients[rekeyed].advertise_reply())
+    calls.clear()
+    total = one_round(2)
+    assert mine() == [clients[rekeyed].public_key]
+    np.testing.assert_allclose(total, sum(FP.decode(encoded(n, 2)) for n in NODES))
+
+
 # ------------------------------------------------------------------ guards
 def refusal(fn, *args) -> str:
     with pytest.raises(Refused) as info:
