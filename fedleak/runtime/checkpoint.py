@@ -268,6 +268,19 @@ def _plain(record: MetricRecord | None) -> dict[str, Any]:
     return {} if record is None else {k: v for k, v in record.items()}
 
 
+def _plain_rounds(
+    records: dict[int, MetricRecord], converted: dict[int, dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """Return every round's metrics as plain dicts, converting only new rounds."""
+    for r, record in records.items():
+        if r not in converted:
+            converted[r] = _plain(record)
+    if len(converted) != len(records):  # a round left the result: start over
+        converted.clear()
+        converted.update((r, _plain(m)) for r, m in records.items())
+    return dict(converted)
+
+
 class RoundCheckpoints:
     """Snapshots every finished round, writes those due and, on a stop, the last.
 
@@ -306,6 +319,11 @@ class RoundCheckpoints:
         self.clients = clients
         self.saved_round = saved_round
         self.pending: tuple[Checkpoint, ArrayRecord] | None = None
+        # the clients' metrics of the rounds snapshotted so far, as plain
+        # dicts: a round's metrics never change once it finished, so each is
+        # converted once (converting them all every round grew with the run)
+        self._train_metrics: dict[int, dict[str, Any]] = {}
+        self._evaluate_metrics: dict[int, dict[str, Any]] = {}
 
     def due(self, server_round: int) -> bool:
         """Whether round ``server_round`` is written when it finishes."""
@@ -334,12 +352,12 @@ class RoundCheckpoints:
         return Checkpoint(
             round=server_round,
             arrays={},  # filled when written (the ArrayRecord is kept meanwhile)
-            train_metrics={
-                r: _plain(m) for r, m in result.train_metrics_clientapp.items()
-            },
-            evaluate_metrics={
-                r: _plain(m) for r, m in result.evaluate_metrics_clientapp.items()
-            },
+            train_metrics=_plain_rounds(
+                result.train_metrics_clientapp, self._train_metrics
+            ),
+            evaluate_metrics=_plain_rounds(
+                result.evaluate_metrics_clientapp, self._evaluate_metrics
+            ),
             strategy=strategy_state(self.strategy),
             noise_state=self.noise.to_json(),
             clients=self.clients.snapshot() if self.clients is not None else {},
