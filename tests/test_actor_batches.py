@@ -12,9 +12,18 @@ import threading
 from queue import Queue
 from typing import Any
 
+import numpy as np
 import pytest
 from flower_fakes import metadata
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.simulation.ray_transport.ray_actor import VirtualClientEngineActor
@@ -22,6 +31,8 @@ from flwr.simulation.ray_transport.ray_actor import VirtualClientEngineActor
 from fedleak.runtime import actor_batches
 from fedleak.runtime.actor_batches import (
     BATCH_BELOW_S,
+    SHARED_MIN_BYTES,
+    Batch,
     Pace,
     batch_size,
     run_jobs,
@@ -95,7 +106,7 @@ class Call:
         self.pool = pool
 
     def remote(self, fn: Any, *args: Any) -> list[bytes]:
-        self.pool.calls.append(len(args[-1]))
+        self.pool.calls.append(len(args[-1].jobs))
         if self.pool.dies:
             return DeadActor()  # type: ignore[return-value]
         return fn(self.actor, *args)
@@ -245,18 +256,19 @@ def take(messages: list[Message], size: int):
     def context_of(m: Message) -> Context:
         return stores[m.metadata.dst_node_id].context
 
-    batch, jobs, held = take_batch(messages[0], queue, size, context_of)
-    return batch, jobs, held, queue
+    batch, payload, held = take_batch(messages[0], queue, size, context_of)
+    return batch, payload, held, queue
 
 
 def test_a_batch_takes_up_to_its_size_of_distinct_nodes():
     messages = [message(n) for n in (1, 2, 3, 4, 5)]
-    batch, jobs, held, queue = take(messages, 3)
+    batch, payload, held, queue = take(messages, 3)
     assert batch == messages[:3]
     assert held is None
     assert queue.qsize() == 2
-    for m, job in zip(batch, jobs, strict=True):
-        sent, cid, context = pickle.loads(job)
+    assert len(payload.jobs) == 3
+    for k, m in enumerate(batch):
+        sent, cid, context = payload.load(k)
         assert sent.metadata.message_id == m.metadata.message_id
         assert cid == str(m.metadata.dst_node_id)
         assert context.node_config["partition-id"] == m.metadata.dst_node_id
@@ -272,7 +284,7 @@ def test_a_second_message_for_a_node_in_the_batch_waits_for_the_next_call():
 
 def test_a_batch_stops_before_its_bytes_run_over(monkeypatch):
     messages = [message(n) for n in (1, 2, 3)]
-    one_job = len(take(messages[:1], 1)[1][0])
+    one_job = take(messages[:1], 1)[1].size
     monkeypatch.setattr(actor_batches, "BATCH_BYTES", int(2.5 * one_job))
     batch, _, held, _ = take(messages, 16)
     assert batch == messages[:2]
@@ -287,20 +299,58 @@ def test_the_messages_of_a_batch_share_no_objects():
     """Each job is pickled alone, as when Ray sends one message per call."""
     shared = ConfigRecord({"x": 1})
     messages = [message(1, config=shared), message(2, config=shared)]
-    _, jobs, _, _ = take(messages, 16)
-    first, second = (pickle.loads(job)[0] for job in jobs)
+    _, payload, _, _ = take(messages, 16)
+    first, second = (payload.load(k)[0] for k in range(2))
     first.content.config_records["config"]["x"] = 99
     assert second.content.config_records["config"]["x"] == 1
+
+
+def model_message(node: int, arrays: ArrayRecord) -> Message:
+    meta = metadata(0, dst=node)
+    meta.__dict__["_run_id"] = RUN
+    content = RecordDict({"arrays": arrays, "config": ConfigRecord({"x": node})})
+    return Message(content, metadata=meta)
+
+
+def test_a_model_all_messages_carry_travels_once_and_each_gets_its_own_record():
+    big = np.arange(SHARED_MIN_BYTES // 4 + 7, dtype=np.float32)
+    small = np.arange(5, dtype=np.float32)
+    arrays = ArrayRecord({"big": Array(big), "small": Array(small)})
+    messages = [model_message(n, arrays) for n in (1, 2, 3)]
+    _, payload, _, _ = take(messages, 16)
+    assert len(payload.shared) == 1  # the big array's bytes, once
+    assert payload.size < 1.2 * big.nbytes
+    payload = pickle.loads(pickle.dumps(payload))  # as Ray sends it
+    loaded = [payload.load(k)[0] for k in range(3)]
+    for message in loaded:
+        got = message.content.array_records["arrays"]
+        np.testing.assert_array_equal(got["big"].numpy(), big)
+        np.testing.assert_array_equal(got["small"].numpy(), small)
+    a, b = (m.content.array_records["arrays"] for m in loaded[:2])
+    assert a is not b  # records are each message's own
+    del a["small"]
+    assert "small" in b
+
+
+def test_a_job_dropped_for_its_bytes_takes_its_own_shared_strings_along(monkeypatch):
+    first = ArrayRecord({"w": Array(np.zeros(SHARED_MIN_BYTES, dtype=np.uint8))})
+    second = ArrayRecord({"w": Array(np.ones(SHARED_MIN_BYTES, dtype=np.uint8))})
+    messages = [model_message(1, first), model_message(2, second)]
+    monkeypatch.setattr(actor_batches, "BATCH_BYTES", int(1.5 * SHARED_MIN_BYTES))
+    batch, payload, held, _ = take(messages, 16)
+    assert batch == messages[:1] and held is messages[1]
+    assert len(payload.jobs) == 1 and len(payload.shared) == 1
+    w = payload.load(0)[0].content.array_records["arrays"]["w"].numpy()
+    assert not w.any()
 
 
 # ------------------------------------------------------------------ the actor
 def test_the_actor_returns_every_outcome_and_an_error_does_not_stop_the_batch():
     stores = {n: Store(n) for n in (1, 2, 3)}
-    jobs = [
-        pickle.dumps((message(n, fail=n == 2), str(n), stores[n].context))
-        for n in (1, 2, 3)
-    ]
-    outcomes = [pickle.loads(blob) for blob in run_jobs(Actor(), app_fn, jobs)]
+    payload = Batch()
+    for n in (1, 2, 3):
+        payload.add((message(n, fail=n == 2), str(n), stores[n].context))
+    outcomes = [pickle.loads(blob) for blob in run_jobs(Actor(), app_fn, payload)]
     assert [o[0] for o in outcomes] == [True, False, True]
     _, reply, context = outcomes[0]
     assert reply.content.metric_records["m"]["partition"] == 1
@@ -319,8 +369,9 @@ def test_an_actor_that_cannot_load_the_app_reports_flowers_code():
 
         raise LoadClientAppError("no app")
 
-    job = pickle.dumps((message(1), "1", Store(1).context))
-    (blob,) = run_jobs(Actor(), no_app, [job])
+    payload = Batch()
+    payload.add((message(1), "1", Store(1).context))
+    (blob,) = run_jobs(Actor(), no_app, payload)
     ok, code, reason, _, _ = pickle.loads(blob)
     assert not ok
     assert code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION

@@ -34,6 +34,7 @@ streamed, 0.117-0.129 s returned together).
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 import threading
@@ -55,6 +56,8 @@ from flwr.common.constant import ErrorCode
 __all__ = [
     "BATCH_BELOW_S",
     "BATCH_BYTES",
+    "SHARED_MIN_BYTES",
+    "Batch",
     "ClientError",
     "DEFAULT_ACTOR_BATCH",
     "Pace",
@@ -179,6 +182,93 @@ def _dumps(obj: Any) -> bytes:
         return bytes(cloudpickle.dumps(obj, protocol=5))  # type: ignore[no-untyped-call]
 
 
+SHARED_MIN_BYTES = 64 * 1024
+"""Byte strings at least this long travel once per call, however many of the
+batch's messages hold them (the global model every request of a round
+carries): bytes are immutable, so the messages may share them."""
+
+
+class Batch:
+    """One call's payload: the pickled jobs and the long byte strings they share.
+
+    Each job is pickled on its own (its records are its own objects), except
+    that byte strings of :data:`SHARED_MIN_BYTES` or more go into
+    :attr:`shared` once and the jobs refer to them.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: list[bytes] = []
+        self.shared: list[bytes] = []
+        self._index: dict[int, int] = {}  # id of a shared string -> position
+        self._mark = 0  # len(shared) before the last job
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "shared": self.shared}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self.jobs, self.shared = state["jobs"], state["shared"]
+
+    @property
+    def size(self) -> int:
+        """Bytes the payload carries."""
+        return sum(map(len, self.jobs)) + sum(map(len, self.shared))
+
+    def add(self, job: Any) -> None:
+        """Pickle ``job`` on its own, its long byte strings into :attr:`shared`.
+
+        Objects the standard pickler refuses go through cloudpickle, whole.
+        """
+        self._mark = len(self.shared)
+        buffer = io.BytesIO()
+        try:
+            _SharingPickler(buffer, self).dump(job)
+            blob = buffer.getvalue()
+        except (pickle.PicklingError, TypeError, AttributeError):
+            self._truncate()
+            blob = _dumps(job)
+        self.jobs.append(blob)
+
+    def drop_last(self) -> None:
+        """Take the last job out again, with the strings only it brought."""
+        self.jobs.pop()
+        self._truncate()
+
+    def _truncate(self) -> None:
+        del self.shared[self._mark :]
+        self._index = {id(b): k for k, b in enumerate(self.shared)}
+
+    def load(self, k: int) -> Any:
+        """Unpickle job ``k``."""
+        return _SharingUnpickler(io.BytesIO(self.jobs[k]), self.shared).load()
+
+
+class _SharingPickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, batch: Batch) -> None:
+        super().__init__(file, protocol=5)
+        self.batch = batch
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is not bytes or len(obj) < SHARED_MIN_BYTES:
+            return None
+        batch = self.batch
+        k = batch._index.get(id(obj))
+        if k is None:
+            k = len(batch.shared)
+            batch.shared.append(obj)
+            batch._index[id(obj)] = k
+        return k
+
+
+class _SharingUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, shared: list[bytes]) -> None:
+        super().__init__(file)
+        self.shared = shared
+
+    def persistent_load(self, pid: Any) -> bytes:
+        return self.shared[int(pid)]
+
+
 def _error_code(ex: BaseException) -> int:
     """Flower's worker's error code for an exception of ``ClientAppActor.run``."""
     if isinstance(ex, ClientAppException):
@@ -193,20 +283,20 @@ def _reason(ex: BaseException) -> str:
     return str(type(ex)) + ":<'" + str(ex) + "'>"
 
 
-def run_jobs(actor: Any, app_fn: Callable[[], Any], jobs: list[bytes]) -> list[bytes]:
-    """Actor side: run each pickled ``(message, cid, context)``; return the outcomes.
+def run_jobs(actor: Any, app_fn: Callable[[], Any], batch: Batch) -> list[bytes]:
+    """Actor side: run each ``(message, cid, context)`` of ``batch``; return outcomes.
 
     Called on Flower's ``ClientAppActor`` through ``__ray_call__``. An
     outcome is ``(True, reply, context)`` or ``(False, error code, reason,
     the exception's text, traceback)``, pickled on its own; an exception
     never stops the batch.
     """
-    return [_outcome(actor, app_fn, job) for job in jobs]
+    return [_outcome(actor, app_fn, batch, k) for k in range(len(batch.jobs))]
 
 
-def _outcome(actor: Any, app_fn: Callable[[], Any], job: bytes) -> bytes:
+def _outcome(actor: Any, app_fn: Callable[[], Any], batch: Batch, k: int) -> bytes:
     try:
-        message, cid, context = pickle.loads(job)
+        message, cid, context = batch.load(k)
         _, reply, context = actor.run(app_fn, message, cid, context)
         return _dumps((True, reply, context))
     except Exception as ex:  # reported as the error reply
@@ -283,7 +373,7 @@ def _fetch(ref: Any) -> list[bytes]:
 
 
 def _run_batch(
-    batch: list[Message], jobs: list[bytes], backend: Any, delivery: _Delivery
+    batch: list[Message], payload: Batch, backend: Any, delivery: _Delivery
 ) -> None:
     """Run ``batch`` in one call on an idle actor; deliver each reply."""
 
@@ -292,7 +382,7 @@ def _run_batch(
 
     pool = backend.pool
     started = time.perf_counter()
-    future = pool.submit(submit, (backend.app_fn, jobs, "", None))
+    future = pool.submit(submit, (backend.app_fn, payload, "", None))
     try:
         blobs = _fetch(future)
         if len(blobs) != len(batch):
@@ -358,10 +448,10 @@ def serve_messages(
         batch: list[Message] = [first]
         try:
             size = pace.size(messageins_queue.qsize(), most)
-            batch, jobs, held = take_batch(
+            batch, payload, held = take_batch(
                 first, messageins_queue, size, delivery.context_of
             )
-            _run_batch(batch, jobs, backend, delivery)
+            _run_batch(batch, payload, backend, delivery)
         except Exception as ex:  # e.g. a context that cannot pickle
             delivery.error(first, _error_code(ex), _reason(ex), ex, _trace())
         finally:
@@ -373,48 +463,47 @@ def take_batch(
     queue: Queue[Message],
     size: int,
     context_of: Callable[[Message], Context],
-) -> tuple[list[Message], list[bytes], Message | None]:
+) -> tuple[list[Message], Batch, Message | None]:
     """Take ``first`` and up to ``size - 1`` queued messages for other nodes.
 
     Each message is pickled with its node's Context as Flower's call passes
-    them (``(message, partition id, context)``). Stops early at a second
-    message for a node already in the batch, at one that would take the
-    batch past :data:`BATCH_BYTES`, or at one that cannot be pickled; that
-    message is returned as the one left over, which the worker runs next (a
-    node's messages keep their order; one that cannot be pickled then gets
-    its error reply alone). If ``first`` cannot be pickled, this raises.
+    them (``(message, partition id, context)``) into a :class:`Batch`. Stops
+    early at a second message for a node already in the batch, at one that
+    would take the batch past :data:`BATCH_BYTES`, or at one that cannot be
+    pickled; that message is returned as the one left over, which the worker
+    runs next (a node's messages keep their order; one that cannot be
+    pickled then gets its error reply alone). If ``first`` cannot be
+    pickled, this raises.
 
     Returns
     -------
     tuple
-        The messages, their pickled jobs, and the message left over or None.
+        The messages, their payload, and the message left over or None.
     """
     batch: list[Message] = []
-    jobs: list[bytes] = []
+    payload = Batch()
     nodes: set[int] = set()
-    total = 0
     candidate: Message | None = first
     while candidate is not None:
         node = candidate.metadata.dst_node_id
         if node in nodes:
-            return batch, jobs, candidate
+            return batch, payload, candidate
         try:
             context = context_of(candidate)
-            job = _dumps((candidate, str(context.node_config["partition-id"]), context))
+            payload.add((candidate, str(context.node_config["partition-id"]), context))
         except Exception:
             if not batch:
                 raise
-            return batch, jobs, candidate  # it fails alone, as the next call's first
-        if batch and total + len(job) > BATCH_BYTES:
-            return batch, jobs, candidate
+            return batch, payload, candidate  # it fails alone, as the next call's first
+        if batch and payload.size > BATCH_BYTES:
+            payload.drop_last()
+            return batch, payload, candidate
         batch.append(candidate)
-        jobs.append(job)
         nodes.add(node)
-        total += len(job)
         if len(batch) >= size:
             break
         try:
             candidate = queue.get_nowait()
         except Empty:
             candidate = None
-    return batch, jobs, None
+    return batch, payload, None
