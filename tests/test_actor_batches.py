@@ -105,8 +105,8 @@ class Call:
         self.actor = actor
         self.pool = pool
 
-    def remote(self, fn: Any, *args: Any) -> list[bytes]:
-        self.pool.calls.append(len(args[-1].jobs))
+    def remote(self, fn: Any, *args: Any) -> Batch:
+        self.pool.calls.append(len(args[-1].items))
         if self.pool.dies:
             return DeadActor()  # type: ignore[return-value]
         return fn(self.actor, *args)
@@ -169,10 +169,10 @@ def message(
     return Message(RecordDict({"config": config}), metadata=meta)
 
 
-def fetch(future: Any) -> list[bytes]:
+def fetch(future: Any) -> Batch:
     if isinstance(future, DeadActor):
         raise ConnectionError("the actor died")
-    return future
+    return pickle.loads(pickle.dumps(future))  # as Ray sends it back
 
 
 @pytest.fixture(autouse=True)
@@ -266,7 +266,7 @@ def test_a_batch_takes_up_to_its_size_of_distinct_nodes():
     assert batch == messages[:3]
     assert held is None
     assert queue.qsize() == 2
-    assert len(payload.jobs) == 3
+    assert len(payload.items) == 3
     for k, m in enumerate(batch):
         sent, cid, context = payload.load(k)
         assert sent.metadata.message_id == m.metadata.message_id
@@ -339,7 +339,7 @@ def test_a_job_dropped_for_its_bytes_takes_its_own_shared_strings_along(monkeypa
     monkeypatch.setattr(actor_batches, "BATCH_BYTES", int(1.5 * SHARED_MIN_BYTES))
     batch, payload, held, _ = take(messages, 16)
     assert batch == messages[:1] and held is messages[1]
-    assert len(payload.jobs) == 1 and len(payload.shared) == 1
+    assert len(payload.items) == 1 and len(payload.shared) == 1
     w = payload.load(0)[0].content.array_records["arrays"]["w"].numpy()
     assert not w.any()
 
@@ -350,7 +350,8 @@ def test_the_actor_returns_every_outcome_and_an_error_does_not_stop_the_batch():
     payload = Batch()
     for n in (1, 2, 3):
         payload.add((message(n, fail=n == 2), str(n), stores[n].context))
-    outcomes = [pickle.loads(blob) for blob in run_jobs(Actor(), app_fn, payload)]
+    result = run_jobs(Actor(), app_fn, payload)
+    outcomes = [result.load(k) for k in range(len(result.items))]
     assert [o[0] for o in outcomes] == [True, False, True]
     _, reply, context = outcomes[0]
     assert reply.content.metric_records["m"]["partition"] == 1
@@ -371,8 +372,9 @@ def test_an_actor_that_cannot_load_the_app_reports_flowers_code():
 
     payload = Batch()
     payload.add((message(1), "1", Store(1).context))
-    (blob,) = run_jobs(Actor(), no_app, payload)
-    ok, code, reason, _, _ = pickle.loads(blob)
+    result = run_jobs(Actor(), no_app, payload)
+    assert len(result.items) == 1
+    ok, code, reason, _, _ = result.load(0)
     assert not ok
     assert code == ErrorCode.LOAD_CLIENT_APP_EXCEPTION
     assert "no app" in reason

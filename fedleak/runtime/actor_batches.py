@@ -189,49 +189,49 @@ carries): bytes are immutable, so the messages may share them."""
 
 
 class Batch:
-    """One call's payload: the pickled jobs and the long byte strings they share.
+    """One call's payload or outcomes: pickled items and the strings they share.
 
-    Each job is pickled on its own (its records are its own objects), except
+    Each item is pickled on its own (its records are its own objects), except
     that byte strings of :data:`SHARED_MIN_BYTES` or more go into
-    :attr:`shared` once and the jobs refer to them.
+    :attr:`shared` once and the items refer to them.
     """
 
     def __init__(self) -> None:
-        self.jobs: list[bytes] = []
+        self.items: list[bytes] = []
         self.shared: list[bytes] = []
         self._index: dict[int, int] = {}  # id of a shared string -> position
-        self._mark = 0  # len(shared) before the last job
+        self._mark = 0  # len(shared) before the last item
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"jobs": self.jobs, "shared": self.shared}
+        return {"items": self.items, "shared": self.shared}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]
-        self.jobs, self.shared = state["jobs"], state["shared"]
+        self.items, self.shared = state["items"], state["shared"]
 
     @property
     def size(self) -> int:
         """Bytes the payload carries."""
-        return sum(map(len, self.jobs)) + sum(map(len, self.shared))
+        return sum(map(len, self.items)) + sum(map(len, self.shared))
 
-    def add(self, job: Any) -> None:
-        """Pickle ``job`` on its own, its long byte strings into :attr:`shared`.
+    def add(self, item: Any) -> None:
+        """Pickle ``item`` on its own, its long byte strings into :attr:`shared`.
 
         Objects the standard pickler refuses go through cloudpickle, whole.
         """
         self._mark = len(self.shared)
         buffer = io.BytesIO()
         try:
-            _SharingPickler(buffer, self).dump(job)
+            _SharingPickler(buffer, self).dump(item)
             blob = buffer.getvalue()
         except (pickle.PicklingError, TypeError, AttributeError):
             self._truncate()
-            blob = _dumps(job)
-        self.jobs.append(blob)
+            blob = _dumps(item)
+        self.items.append(blob)
 
     def drop_last(self) -> None:
-        """Take the last job out again, with the strings only it brought."""
-        self.jobs.pop()
+        """Take the last item out again, with the strings only it brought."""
+        self.items.pop()
         self._truncate()
 
     def _truncate(self) -> None:
@@ -239,8 +239,8 @@ class Batch:
         self._index = {id(b): k for k, b in enumerate(self.shared)}
 
     def load(self, k: int) -> Any:
-        """Unpickle job ``k``."""
-        return _SharingUnpickler(io.BytesIO(self.jobs[k]), self.shared).load()
+        """Unpickle item ``k``."""
+        return _SharingUnpickler(io.BytesIO(self.items[k]), self.shared).load()
 
 
 class _SharingPickler(pickle.Pickler):
@@ -283,25 +283,26 @@ def _reason(ex: BaseException) -> str:
     return str(type(ex)) + ":<'" + str(ex) + "'>"
 
 
-def run_jobs(actor: Any, app_fn: Callable[[], Any], batch: Batch) -> list[bytes]:
+def run_jobs(actor: Any, app_fn: Callable[[], Any], batch: Batch) -> Batch:
     """Actor side: run each ``(message, cid, context)`` of ``batch``; return outcomes.
 
     Called on Flower's ``ClientAppActor`` through ``__ray_call__``. An
     outcome is ``(True, reply, context)`` or ``(False, error code, reason,
-    the exception's text, traceback)``, pickled on its own; an exception
-    never stops the batch.
+    the exception's text, traceback)``, pickled on its own into the
+    returned :class:`Batch` (its long byte strings, a reply's arrays, travel
+    beside it, not copied into it once more); an exception never stops the
+    batch.
     """
-    return [_outcome(actor, app_fn, batch, k) for k in range(len(batch.jobs))]
-
-
-def _outcome(actor: Any, app_fn: Callable[[], Any], batch: Batch, k: int) -> bytes:
-    try:
-        message, cid, context = batch.load(k)
-        _, reply, context = actor.run(app_fn, message, cid, context)
-        return _dumps((True, reply, context))
-    except Exception as ex:  # reported as the error reply
-        failure = (_error_code(ex), _reason(ex), str(ex), traceback.format_exc())
-        return _dumps((False, *failure))
+    outcomes = Batch()
+    for k in range(len(batch.items)):
+        try:
+            message, cid, context = batch.load(k)
+            _, reply, context = actor.run(app_fn, message, cid, context)
+            outcomes.add((True, reply, context))
+        except Exception as ex:  # reported as the error reply
+            failure = (_error_code(ex), _reason(ex), str(ex), traceback.format_exc())
+            outcomes.add((False, *failure))
+    return outcomes
 
 
 class ClientError(Exception):
@@ -364,12 +365,12 @@ def _process_one(message: Message, backend: Any, delivery: _Delivery) -> None:
         delivery.runtime(time.perf_counter() - started)
 
 
-def _fetch(ref: Any) -> list[bytes]:
+def _fetch(ref: Any) -> Batch:
     """``ray.get`` of a call's outcomes."""
     import ray
 
-    blobs: list[bytes] = ray.get(ref)
-    return blobs
+    outcomes: Batch = ray.get(ref)
+    return outcomes
 
 
 def _run_batch(
@@ -384,9 +385,11 @@ def _run_batch(
     started = time.perf_counter()
     future = pool.submit(submit, (backend.app_fn, payload, "", None))
     try:
-        blobs = _fetch(future)
-        if len(blobs) != len(batch):
-            raise RuntimeError(f"{len(batch)} messages sent, {len(blobs)} outcomes")
+        outcomes = _fetch(future)
+        if len(outcomes.items) != len(batch):
+            raise RuntimeError(
+                f"{len(batch)} messages sent, {len(outcomes.items)} outcomes"
+            )
     except Exception as ex:  # the actor died or Ray failed: every message fails
         trace = _trace()
         for message in batch:
@@ -397,9 +400,9 @@ def _run_batch(
         each = (time.perf_counter() - started) / len(batch)
         for _ in batch:
             delivery.runtime(each)
-    for message, blob in zip(batch, blobs, strict=True):
+    for k, message in enumerate(batch):
         try:
-            outcome = pickle.loads(blob)
+            outcome = outcomes.load(k)
         except Exception as ex:  # a reply that does not unpickle here
             delivery.error(message, _error_code(ex), _reason(ex), ex, _trace())
             continue
