@@ -445,3 +445,117 @@ def test_the_secure_rounds_vector_stays_inside_the_clipping_range(task_identity)
     mean = np.mean([client_vector(p, length) for p in range(SECURE_CLIENTS)], axis=0)
     assert largest <= 3.0
     np.testing.assert_allclose(w, 2.0 * mean, atol=1e-5)
+
+
+# ------------------------------------------- the dispatcher's one-scan pass
+@pytest.fixture
+def superlink_identity(task_identity):
+    """Instructions come from the SuperLink's node, as in ``run_simulation``."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+
+def simulation_state(num_nodes: int):
+    """An in-memory LinkState, its Grid and nodes, built as ``run_simulation`` does."""
+    from flwr.proto.task_pb2 import Task
+    from flwr.server.superlink.linkstate import LinkStateFactory
+    from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
+    from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supercore.run import Run
+    from flwr.superlink.federation import NoOpFederationManager
+    from flwr.superlink.grid import InMemoryGrid
+
+    factory = LinkStateFactory(
+        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
+    )
+    run = Run.create_empty(run_id=1)
+    run.primary_task_id = 1
+    run.federation_id = NOOP_FEDERATION_ID
+    state = factory.state()
+    state.run_ids[1] = RunRecord(run=run)
+    state.task_store[1] = Task(task_id=1, run_id=1)
+    nodes = vce_api._register_nodes(num_nodes, factory)
+    grid = InMemoryGrid(state_factory=factory)
+    grid.set_run(run)
+    return state, grid, nodes
+
+
+def test_the_one_scan_pass_takes_what_flowers_per_node_queries_take(
+    superlink_identity,
+):
+    """First undelivered message per node, in the order stored; marked delivered."""
+    taken_by = {}
+    for way in ("flower", "fedleak"):
+        state, grid, nodes = simulation_state(6)
+        ids = list(nodes)
+        # two messages for some nodes, one for others, none for the last
+        order = ids[:4] + ids[1:3] + [ids[4]]
+        pushed = [
+            Message(RecordDict(), dst_node_id=n, message_type="train") for n in order
+        ]
+        grid.push_messages(pushed)
+        position = {m.metadata.message_id: k for k, m in enumerate(pushed)}
+        if way == "flower":
+            got = [m for n in nodes for m in state.get_message_ins(node_id=n, limit=1)]
+        else:
+            got = engine._one_per_node(state, nodes)
+        assert all(m.metadata.delivered_at for m in got)
+        # (partition, position pushed) of each message taken
+        taken_by[way] = sorted(
+            (nodes[m.metadata.dst_node_id], position[m.metadata.message_id])
+            for m in got
+        )
+        # what is left is each node's second message, and only that
+        second = engine._one_per_node(state, nodes)
+        assert sorted(nodes[m.metadata.dst_node_id] for m in second) == [1, 2]
+        assert engine._one_per_node(state, nodes) == []
+    assert taken_by["fedleak"] == taken_by["flower"] == [
+        (0, 0), (1, 1), (2, 2), (3, 3), (4, 6)
+    ]  # fmt: skip
+
+
+def test_the_one_scan_pass_skips_expired_messages_as_flower_does(superlink_identity):
+    state, grid, nodes = simulation_state(2)
+    first, second = list(nodes)
+    expired = Message(RecordDict(), dst_node_id=first, message_type="train", ttl=5)
+    grid.push_messages([expired])
+    expired.metadata.__dict__["_created_at"] -= 60  # its TTL ran out
+    fresh = Message(RecordDict(), dst_node_id=second, message_type="train")
+    grid.push_messages([fresh])
+    got = engine._one_per_node(state, nodes)
+    assert [m.metadata.dst_node_id for m in got] == [second]
+    assert state.get_message_ins(node_id=first, limit=1) == []
+
+
+def test_the_one_scan_pass_declines_a_state_it_cannot_read():
+    assert engine._one_per_node(FakeState(), {1: 0}) is None
+
+
+def test_an_engine_grid_push_wakes_the_dispatcher_once_all_are_stored(
+    superlink_identity,
+):
+    state, grid, nodes = simulation_state(3)
+    seen: list[int] = []  # messages stored when each wake-up came
+    engine._wake_on_push(state)
+    original_set = engine._ENGINE.pushed.set
+
+    def record_wake() -> None:
+        seen.append(len(state.message_ins_store))
+        original_set()
+
+    engine._ENGINE.pushed.set = record_wake  # type: ignore[method-assign]
+    try:
+        EngineGrid(grid, timing=False).push_messages(
+            [Message(RecordDict(), dst_node_id=n, message_type="train") for n in nodes]
+        )
+        assert seen == [3]
+        seen.clear()
+        grid.push_messages(  # any other pusher wakes it at every store
+            [Message(RecordDict(), dst_node_id=n, message_type="train") for n in nodes]
+        )
+        assert seen == [4, 5, 6]
+    finally:
+        engine._ENGINE.pushed.set = original_set  # type: ignore[method-assign]
