@@ -256,10 +256,11 @@ def _one_per_node(state: Any, nodes: Mapping[int, int]) -> list[Message] | None:
 
     What ``state.get_message_ins(node_id, limit=1)`` returns for every node
     (the first valid undelivered message in the order stored, marked
-    delivered), but the per-node call scans every stored message, delivered
-    or not, and checks each: one pass over 30 nodes took 5-10 ms of the
-    server's GIL while 30 replies were pending. Returns None where ``state``
-    is not the in-memory LinkState this reads (the caller then asks per node).
+    delivered), but the per-node call scans and checks every stored message,
+    delivered or not, under the LinkState's lock: with 30 nodes, 4.5 ms
+    passed between a push and the first message reaching a worker. Returns
+    None where ``state`` is not the in-memory LinkState this reads (the
+    caller then asks per node).
     """
     store = getattr(state, "message_ins_store", None)
     lock = getattr(state, "lock", None)
