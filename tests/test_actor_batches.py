@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
+import time
 from queue import Queue
 from typing import Any
 
@@ -56,6 +57,8 @@ def build_app() -> ClientApp:
         )
         context.state["seen"] = ConfigRecord({"n": seen + 1})
         config["touched"] = True  # a handler may change what it received
+        if config.get("unloadable"):  # a context that pickles, but not back
+            context.node_config["odd"] = Unloadable()  # type: ignore[assignment]
         partition = int(context.node_config["partition-id"])
         content = RecordDict(
             {"m": MetricRecord({"partition": partition, "x": config["x"]})}
@@ -63,6 +66,17 @@ def build_app() -> ClientApp:
         return Message(content, reply_to=msg)
 
     return app
+
+
+def _refuse_to_load() -> None:
+    raise ValueError("this object does not unpickle here")
+
+
+class Unloadable:
+    """Pickles fine; unpickling it raises (e.g. a class the server lacks)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _refuse_to_load, ()
 
 
 APP = build_app()
@@ -94,6 +108,7 @@ class Store:
         return self.context
 
     def update_context(self, run_id: int, context: Context) -> None:
+        assert run_id == RUN
         self.context = context
         self.updates += 1
 
@@ -109,7 +124,10 @@ class Call:
         self.pool.calls.append(len(args[-1].items))
         if self.pool.dies:
             return DeadActor()  # type: ignore[return-value]
-        return fn(self.actor, *args)
+        outcomes: Batch = fn(self.actor, *args)
+        if self.pool.drop_outcome:
+            outcomes.items.pop()
+        return outcomes
 
 
 class DeadActor:
@@ -123,13 +141,18 @@ class Pool:
         self.actor = Actor()
         self.actor.__ray_call__ = Call(self.actor, self)  # type: ignore[attr-defined]
         self.calls: list[int] = []
+        self.futures: list[Any] = []
         self.returned = 0
         self.dies = dies
+        self.drop_outcome = False
 
     def submit(self, actor_fn: Any, job: tuple[Any, Any, Any, Any]) -> Any:
-        return actor_fn(self.actor, *job)
+        future = actor_fn(self.actor, *job)
+        self.futures.append(future)
+        return future
 
     def add_actor_back_to_pool(self, future: Any) -> None:
+        assert any(future is f for f in self.futures)
         self.returned += 1
 
 
@@ -156,6 +179,10 @@ class Metrics:
 
     def add_clientapp_runtime(self, seconds: float) -> None:
         self.runtimes.append(seconds)
+
+
+def unloadable_message(node: int) -> Message:
+    return message(node, config=ConfigRecord({"x": node * 10, "unloadable": True}))
 
 
 def message(
@@ -189,8 +216,6 @@ def serve(
     stores = {m.metadata.dst_node_id: Store(m.metadata.dst_node_id) for m in messages}
     inbox: Queue[Message] = Queue()
     outbox: Queue[Message] = Queue()
-    for m in messages:
-        inbox.put(m)
     stop = threading.Event()
     metrics = Metrics()
     worker = threading.Thread(
@@ -199,14 +224,23 @@ def serve(
         kwargs={"limit": lambda: limit},
     )
     worker.start()
+    time.sleep(3 * actor_batches._QUEUE_WAIT_S)  # an idle worker keeps waiting
+    started = time.perf_counter()
+    for m in messages:
+        inbox.put(m)
     replies = {}
     for _ in messages:
         reply = outbox.get(timeout=10)
         replies[reply.metadata.reply_to_message_id] = reply
+    elapsed = time.perf_counter() - started
     stop.set()
     worker.join(timeout=10)
     assert not worker.is_alive()
     assert outbox.empty()
+    # at most one handler time a message (none for one never sent)
+    assert len(metrics.runtimes) <= len(messages)
+    assert all(t >= 0 for t in metrics.runtimes)
+    assert sum(metrics.runtimes) <= elapsed
     by_node = {m.metadata.dst_node_id: replies[m.metadata.message_id] for m in messages}
     return by_node, stores, metrics
 
@@ -381,7 +415,7 @@ def test_an_actor_that_cannot_load_the_app_reports_flowers_code():
 
 
 # -------------------------------------------------------------- the worker
-@pytest.mark.parametrize("limit", [1, 4, 16])
+@pytest.mark.parametrize("limit", [1, 2, 4, 16])
 def test_every_message_gets_its_reply_and_its_node_its_context(limit):
     messages = [message(n, fail=n == 3) for n in range(1, 8)]
     pool = Pool()
@@ -431,7 +465,18 @@ def test_a_backend_without_an_actor_pool_gets_flowers_one_message_calls():
 def test_an_actor_that_dies_fails_its_whole_batch_and_goes_back_to_the_pool():
     messages = [message(n) for n in range(1, 6)]
     pool = Pool(dies=True)
-    replies, stores, metrics = serve(messages, Backend(pool, workers=1), 16)
+    handler = _Records()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        replies, stores, metrics = serve(messages, Backend(pool, workers=1), 16)
+    finally:
+        logger.removeHandler(handler)
+    # each message's error is logged as Flower's worker logs it
+    assert len(handler.records) == 2 * len(messages)
+    for exception, trace in zip(*[iter(handler.records)] * 2, strict=True):
+        assert isinstance(exception.msg, ConnectionError)
+        assert trace.getMessage().startswith("Traceback (most recent call last)")
     assert pool.calls == [len(messages)]  # one call, all five
     for node, reply in replies.items():
         assert reply.has_error()
@@ -486,3 +531,174 @@ def test_a_client_error_is_logged_as_flowers_worker_logs_it(limit):
     assert isinstance(exception.msg, BaseException)
     assert str(exception.msg).splitlines()[-1].endswith("client 2 fails")
     assert trace.getMessage().startswith("Traceback (most recent call last)")
+
+
+# ------------------------------------------------------- what else can fail
+def _reason_of(exception_type: type, text: str) -> str:
+    """Flower's worker's error reason for an exception of this type and text."""
+    return str(exception_type) + ":<'" + text + "'>"
+
+
+def test_the_error_reason_is_flowers_to_the_character():
+    from flwr.clientapp.client_app import ClientAppException
+
+    payload = Batch()
+    payload.add((message(2, fail=True), "2", Store(2).context))
+    result = run_jobs(Actor(), app_fn, payload)
+    _, code, reason, text, _ = result.load(0)
+    assert code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    assert reason == _reason_of(ClientAppException, text)
+
+
+def test_a_reply_that_does_not_unpickle_fails_alone_and_the_batch_goes_on():
+    handler = _Records()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    messages = [message(1), unloadable_message(2), message(3)]
+    try:
+        replies, stores, _ = serve(messages, Backend(Pool(), workers=1), 16)
+    finally:
+        logger.removeHandler(handler)
+    assert not replies[1].has_error() and not replies[3].has_error()
+    assert stores[3].updates == 1  # the batch went on after the bad one
+    bad = replies[2]
+    assert bad.has_error() and stores[2].updates == 0
+    assert bad.error.code == ErrorCode.UNKNOWN
+    assert bad.error.reason == _reason_of(
+        ValueError, "this object does not unpickle here"
+    )
+    exception, trace = handler.records
+    assert isinstance(exception.msg, ValueError)
+    assert trace.getMessage().startswith("Traceback (most recent call last)")
+
+
+def test_a_call_that_returns_too_few_outcomes_fails_its_batch():
+    pool = Pool()
+    pool.drop_outcome = True
+    messages = [message(n) for n in (1, 2, 3)]
+    replies, stores, _ = serve(messages, Backend(pool, workers=1), 16)
+    for node, reply in replies.items():
+        assert reply.has_error()
+        assert reply.error.code == ErrorCode.UNKNOWN
+        assert "3 messages sent, 2 outcomes" in reply.error.reason
+        assert stores[node].updates == 0
+    assert pool.returned == len(pool.calls) == 1
+
+
+def test_a_first_message_that_cannot_be_pickled_fails_and_the_worker_goes_on():
+    class Unpicklable:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            raise TypeError("cannot pickle this")
+
+    handler = _Records()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    bad, good = message(1), message(2)
+    original = Store.__init__
+
+    def store_init(self: Store, partition: int) -> None:
+        original(self, partition)
+        if partition == 1:
+            self.context.node_config["bad"] = Unpicklable()  # type: ignore[index]
+
+    backend = Backend(Pool(), workers=1)
+    try:
+        Store.__init__ = store_init  # type: ignore[method-assign]
+        replies, _, _ = serve([bad, good], backend, 16)
+    finally:
+        Store.__init__ = original  # type: ignore[method-assign]
+        logger.removeHandler(handler)
+    assert replies[1].has_error()
+    assert replies[1].error.code == ErrorCode.UNKNOWN
+    assert replies[1].error.reason == _reason_of(TypeError, "cannot pickle this")
+    assert not replies[2].has_error()
+    exception, trace = handler.records
+    assert isinstance(exception.msg, TypeError)
+    assert trace.getMessage().startswith("Traceback (most recent call last)")
+    assert actor_batches.pace_of(backend).busy == 0  # its call was released
+
+
+def test_the_workers_of_a_backend_share_one_pace_sized_by_its_workers():
+    backend = Backend(Pool(), workers=3)
+    pace = actor_batches.pace_of(backend)
+    assert actor_batches.pace_of(backend) is pace
+    assert pace.workers == 3
+    assert actor_batches.pace_of(Backend(Pool())) is not pace
+
+    class Bare:
+        """A backend that does not say how many workers it has."""
+
+    assert actor_batches.pace_of(Bare()).workers == 1
+
+
+def test_a_served_batch_keeps_the_pace_of_its_messages():
+    backend = Backend(Pool(), workers=1)
+    serve([message(n) for n in range(1, 5)], backend, 16)
+    pace = actor_batches.pace_of(backend)
+    assert 0 < pace.per_message_s < BATCH_BELOW_S
+    assert pace.busy == 0
+
+
+def test_only_flowers_ray_backend_with_an_actor_pool_is_batched():
+    class Thing:
+        def __init__(self, **attributes: Any) -> None:
+            self.__dict__.update(attributes)
+
+    def nothing(*args: Any) -> None:
+        return None
+
+    full = {"submit": nothing, "add_actor_back_to_pool": nothing}
+    assert actor_batches.can_batch(Thing(pool=Thing(**full), app_fn=app_fn))
+    assert not actor_batches.can_batch(Thing())  # no pool at all
+    assert not actor_batches.can_batch(Thing(pool=None, app_fn=app_fn))
+    for missing in full:
+        partial = {k: v for k, v in full.items() if k != missing}
+        assert not actor_batches.can_batch(Thing(pool=Thing(**partial), app_fn=app_fn))
+    assert not actor_batches.can_batch(Thing(pool=Thing(**full), app_fn=None))
+    assert not actor_batches.can_batch(Thing(pool=Thing(**full)))  # no app_fn
+
+
+def test_a_fresh_pace_takes_the_first_time_as_it_is_and_stops_at_the_bar():
+    pace = Pace(workers=2)
+    pace.size(0, 16)
+    pace.done(1, 0.005)
+    assert pace.per_message_s == pytest.approx(0.005)
+    pace = Pace(workers=2)
+    pace.size(0, 16)
+    pace.done(1, BATCH_BELOW_S)  # exactly at the bar: no more batching
+    assert pace.size(queued=9, limit=16) == 1
+
+
+def test_a_batch_of_exactly_its_byte_budget_is_kept_whole(monkeypatch):
+    messages = [message(1), message(2)]
+    both = take(messages, 16)[1].size
+    monkeypatch.setattr(actor_batches, "BATCH_BYTES", both)
+    batch, _, held, _ = take(messages, 16)
+    assert batch == messages and held is None
+
+
+@pytest.mark.parametrize(
+    ("length", "shared"), [(SHARED_MIN_BYTES - 1, 0), (SHARED_MIN_BYTES, 1)]
+)
+def test_byte_strings_from_the_threshold_up_travel_once(length, shared):
+    payload = Batch()
+    data = b"x" * length
+    payload.add((data,))
+    payload.add((data,))
+    assert len(payload.shared) == shared
+    assert payload.load(1) == (data,)
+
+
+def test_what_pickle_refuses_goes_through_cloudpickle_whole():
+    big1, big2 = b"a" * SHARED_MIN_BYTES, b"b" * SHARED_MIN_BYTES
+    payload = Batch()
+    payload.add((big1,))
+    payload.add((big1, big2, lambda: 7))  # a lambda: pickle refuses it
+    assert payload.shared == [big1]  # big2 came with the refused item only
+    payload.add((big1,))  # big1 is still found, once
+    assert payload.shared == [big1]
+    assert len(payload.items[2]) < 100  # a reference to it, not a copy
+    payload = pickle.loads(pickle.dumps(payload))
+    first, second, fn = payload.load(1)
+    assert (first, second, fn()) == (big1, big2, 7)
+    assert payload.load(2) == (big1,)
