@@ -702,3 +702,21 @@ def test_what_pickle_refuses_goes_through_cloudpickle_whole():
     first, second, fn = payload.load(1)
     assert (first, second, fn()) == (big1, big2, 7)
     assert payload.load(2) == (big1,)
+
+
+def test_a_call_is_released_once_its_actor_is_back_before_its_replies_go_out():
+    """A worker still delivering replies counts as idle for the next split."""
+    backend = Backend(Pool(), workers=2)
+    busy_while_delivering: list[int] = []
+    original = Store.update_context
+
+    def update(self: Store, run_id: int, context: Context) -> None:
+        busy_while_delivering.append(actor_batches.pace_of(backend).busy)
+        original(self, run_id, context)
+
+    Store.update_context = update  # type: ignore[method-assign]
+    try:
+        serve([message(n) for n in range(1, 5)], backend, 16)
+    finally:
+        Store.update_context = original  # type: ignore[method-assign]
+    assert busy_while_delivering == [0, 0, 0, 0]

@@ -136,11 +136,18 @@ class Pace:
                 return 1
             return batch_size(queued, idle, limit)
 
-    def done(self, messages: int, seconds: float) -> None:
-        """Release the call; fold its time per message into the running mean."""
+    def done(self, messages: int = 0, seconds: float = 0.0) -> None:
+        """Release the call; fold its time per message into the running mean.
+
+        A call is released as soon as its actor is free, before its replies
+        are delivered: a worker still delivering is about to be idle.
+        ``messages = 0`` (a call that never ran) only releases it.
+        """
         with self._lock:
             self.busy -= 1
-            each = seconds / max(messages, 1)
+            if messages <= 0:
+                return
+            each = seconds / messages
             if self.per_message_s == 0.0:
                 self.per_message_s = each
             else:
@@ -374,16 +381,27 @@ def _fetch(ref: Any) -> Batch:
 
 
 def _run_batch(
-    batch: list[Message], payload: Batch, backend: Any, delivery: _Delivery
+    batch: list[Message],
+    payload: Batch,
+    backend: Any,
+    delivery: _Delivery,
+    pace: Pace,
 ) -> None:
-    """Run ``batch`` in one call on an idle actor; deliver each reply."""
+    """Run ``batch`` in one call on an idle actor; deliver each reply.
+
+    The call is released in ``pace`` once the actor is back in the pool.
+    """
 
     def submit(actor: Any, app_fn: Any, payload: Any, _cid: Any, _ctx: Any) -> Any:
         return actor.__ray_call__.remote(run_jobs, app_fn, payload)
 
     pool = backend.pool
     started = time.perf_counter()
-    future = pool.submit(submit, (backend.app_fn, payload, "", None))
+    try:
+        future = pool.submit(submit, (backend.app_fn, payload, "", None))
+    except BaseException:
+        pace.done()
+        raise
     try:
         outcomes = _fetch(future)
         if len(outcomes.items) != len(batch):
@@ -397,20 +415,20 @@ def _run_batch(
         return
     finally:
         pool.add_actor_back_to_pool(future)
-        each = (time.perf_counter() - started) / len(batch)
+        elapsed = time.perf_counter() - started
+        pace.done(len(batch), elapsed)
         for _ in batch:
-            delivery.runtime(each)
+            delivery.runtime(elapsed / len(batch))
     for k, message in enumerate(batch):
         try:
             outcome = outcomes.load(k)
-        except Exception as ex:  # a reply that does not unpickle here
+            if outcome[0]:
+                delivery.reply(message, outcome[1], outcome[2])
+            else:
+                code, reason, text, trace = outcome[1:]
+                delivery.error(message, code, reason, ClientError(text), trace)
+        except Exception as ex:  # e.g. a reply that does not unpickle here
             delivery.error(message, _error_code(ex), _reason(ex), ex, _trace())
-            continue
-        if outcome[0]:
-            delivery.reply(message, outcome[1], outcome[2])
-        else:
-            code, reason, text, trace = outcome[1:]
-            delivery.error(message, code, reason, ClientError(text), trace)
 
 
 def serve_messages(
@@ -447,18 +465,16 @@ def serve_messages(
             _process_one(first, backend, delivery)
             continue
         pace = pace_of(backend)
-        started = time.perf_counter()
-        batch: list[Message] = [first]
+        size = pace.size(messageins_queue.qsize(), most)
         try:
-            size = pace.size(messageins_queue.qsize(), most)
             batch, payload, held = take_batch(
                 first, messageins_queue, size, delivery.context_of
             )
-            _run_batch(batch, payload, backend, delivery)
         except Exception as ex:  # e.g. a context that cannot pickle
+            pace.done()
             delivery.error(first, _error_code(ex), _reason(ex), ex, _trace())
-        finally:
-            pace.done(len(batch), time.perf_counter() - started)
+            continue
+        _run_batch(batch, payload, backend, delivery, pace)
 
 
 def take_batch(
