@@ -109,6 +109,22 @@ def test_update_density_counts_the_non_zero_share_of_a_batch_gradient() -> None:
     assert _update_density(data, bigger, 0) > density  # more words, more rows
 
 
+def _stubbed_row(table: str, setting: object) -> dict[str, object]:
+    """A defenses-bench row without its simulation."""
+    return {
+        "table": table,
+        "setting": setting,
+        "membership_precision": None,
+        "membership_recall": 0.0,
+        "property_auc": 0.6,
+        "model_accuracy": 0.8,
+        "model_auc": 0.9,
+        "record_epsilon": None,
+        "participant_epsilon": None,
+        "wall_s": 1.0,
+    }
+
+
 @pytest.mark.in_default_run  # seconds: the rows are stubbed
 def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -121,17 +137,7 @@ def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
         calls.append((table, setting))
         if len(calls) == 2:
             raise RuntimeError("the second row fails")
-        return {
-            "table": table,
-            "setting": setting,
-            "membership_precision": None,
-            "membership_recall": 0.0,
-            "property_auc": 0.6,
-            "model_auc": 0.9,
-            "record_epsilon": None,
-            "participant_epsilon": None,
-            "wall_s": 1.0,
-        }
+        return _stubbed_row(table, setting)
 
     monkeypatch.setattr(bench, "_row", row)
     out = tmp_path / "defenses.json"
@@ -141,6 +147,61 @@ def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
     assert kept["complete"] is False
     assert [(r["table"], r["setting"]) for r in kept["rows"]] == [calls[0]]
     assert kept["setup"]["property_rounds"] == 30
+
+
+@pytest.mark.in_default_run  # seconds: the rows are stubbed
+def test_bench_defenses_home_fraction_sets_the_property_strength(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedleak.bench.defenses as bench
+
+    seen: list[float] = []
+    dataset = bench._dataset
+
+    def spy(quick: bool, seed: int, home_fraction: float = bench.HOME_FRACTION):
+        seen.append(home_fraction)
+        return dataset(quick, seed, home_fraction)
+
+    monkeypatch.setattr(bench, "_dataset", spy)
+    monkeypatch.setattr(
+        bench, "_row", lambda table, setting, *_a, **_k: _stubbed_row(table, setting)
+    )
+    out = tmp_path / "strong.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "defenses",
+            "--quick",
+            "--table",
+            "share_fraction",
+            "--home-fraction",
+            "0.35",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert seen == [0.35]
+    assert json.loads(out.read_text())["setup"]["home_fraction"] == 0.35
+    # the fraction reaches the generator: more home check-ins, other records
+    weak, _ = dataset(True, 0, 0.2)
+    strong, _ = dataset(True, 0, 0.35)
+    assert weak.x_train.shape[1:] == strong.x_train.shape[1:]
+    assert not np.array_equal(weak.x_train, strong.x_train)
+
+
+@pytest.mark.in_default_run  # no simulation: the value is refused first
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5])
+def test_bench_defenses_refuses_a_home_fraction_outside_0_1(
+    tmp_path: Path, fraction: float
+) -> None:
+    from fedleak.errors import ConfigError
+
+    out = tmp_path / "defenses.json"
+    with pytest.raises(ConfigError, match=r"home_fraction must be in \(0, 1\]"):
+        run_defenses_bench(out, quick=True, home_fraction=fraction)
+    assert not out.exists()
 
 
 @pytest.mark.in_default_run  # seconds: the runs are stubbed

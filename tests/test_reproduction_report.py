@@ -140,6 +140,50 @@ def test_table_7_5_rule_reads_the_seed_share_and_the_visible_words():
     assert "still shows 98 of 118 words" in flat.reason
 
 
+def _strength(fraction: float, aucs: list[float]) -> dict[str, Any]:
+    shares = (0.003, 0.01, 0.1, 1.0)
+    rows = [
+        {
+            "table": "share_fraction",
+            "setting": s,
+            "property_auc": a,
+            "model_accuracy": 0.70 + 0.04 * k,
+        }
+        for k, (s, a) in enumerate(zip(shares, aucs, strict=True))
+    ]
+    setup = {"home_fraction": fraction, "property_rounds": 480}
+    return {"rows": rows, "setup": setup}
+
+
+def test_table_7_5_reason_gives_each_strength_of_the_property():
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    records["defenses-share-0.35"] = _strength(0.35, [0.695, 0.761, 0.785, 0.793])
+    records["defenses-share-0.5"] = _strength(0.5, [0.892, 0.870, 0.890, 0.904])
+    # a record whose property model diverged somewhere says nothing
+    records["defenses-share-0.9"] = _strength(0.9, [0.9, 0.9, 0.9, 0.9])
+    records["defenses-share-0.9"]["rows"][0]["property_auc"] = None
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == "not reproduced"  # the main record decides
+    assert finding.reason.startswith("flat: AUC 0.630 at 100% vs 0.600 at 0.01")
+    assert finding.reason.endswith(
+        "; the property stronger or weaker, "
+        "home fraction 0.35 (model acc 0.70-0.82): 0.793 at 100%, 0.785 at 0.1, "
+        "0.695 at 0.003 (falls beyond 2 SE), "
+        "home fraction 0.5 (model acc 0.70-0.82): 0.904 at 100%, 0.890 at 0.1, "
+        "0.892 at 0.003 "
+        "(flat within 2 SE)"
+    )
+    # 2 SE of a difference at 480 rounds is about 0.07: a fall of 0.06 is flat
+    records["defenses-share-0.35"] = _strength(0.35, [0.733, 0.761, 0.785, 0.793])
+    assert (
+        "0.733 at 0.003 (flat within 2 SE)"
+        in assess(_claim("000 Table 7.5"), records).reason
+    )
+    # a fall that is not monotone is flat too
+    records["defenses-share-0.35"] = _strength(0.35, [0.60, 0.90, 0.70, 0.80])
+    assert "(flat within 2 SE)" in assess(_claim("000 Table 7.5"), records).reason
+
+
 def test_auc_standard_error_is_hanley_mcneil():
     # A = 0.5, 30 + 30 scores: q1 = q2 = 1/3, var = (0.25 + 58/12) / 900
     assert auc_standard_error(0.5, 30, 30) == pytest.approx(0.07515, abs=1e-4)

@@ -184,9 +184,15 @@ def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
     return math.sqrt(max(var, 0.0))
 
 
-def _difference_se(records: Records, a: float, b: float) -> float:
-    """Return the standard error of a difference of two defenses-bench AUCs."""
-    rounds = int(records["defenses"]["setup"]["property_rounds"])
+def _difference_se(
+    records: Records, a: float, b: float, record: Mapping[str, Any] | None = None
+) -> float:
+    """Return the standard error of a difference of two defenses-bench AUCs.
+
+    The scores per AUC are half the property rounds of ``record``
+    (``records["defenses"]`` by default).
+    """
+    rounds = int((record or records["defenses"])["setup"]["property_rounds"])
     half = max(rounds // 2, 1)
     return math.hypot(
         auc_standard_error(a, half, half), auc_standard_error(b, half, half)
@@ -643,6 +649,50 @@ def _share_reason(rows: Sequence[Mapping[str, Any]], at: int) -> str:
     )
 
 
+SHARE_STRENGTH_PREFIX: Final = "defenses-share-"
+"""Records of Table 7.5 alone at another home fraction (``bench defenses
+--table share_fraction --home-fraction H``): the property's strength."""
+
+
+def _share_strengths(records: Records) -> str:
+    """Say how Table 7.5 comes out at each other strength of the property.
+
+    For every ``defenses-share-*`` record: its home fraction, the model's
+    accuracy, the AUC at 100%, at the seed's 10% and at the smallest share,
+    and whether the AUC falls by more than 2 SE from 100% to the smallest
+    share.
+    """
+    parts = []
+    for name in sorted(n for n in records if n.startswith(SHARE_STRENGTH_PREFIX)):
+        rec = records[name]
+        rows = sorted(
+            (r for r in rec.get("rows", []) if r.get("table") == "share_fraction"),
+            key=lambda r: float(r["setting"]),
+        )
+        if len(rows) < 2 or any(r.get("property_auc") is None for r in rows):
+            continue
+        shares = [float(r["setting"]) for r in rows]
+        aucs = [float(r["property_auc"]) for r in rows]
+        at_seed = min(
+            (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
+            default=0,
+        )
+        se = _difference_se(records, aucs[-1], aucs[0], rec)
+        falls = aucs[-1] - aucs[0] > 2 * se and monotone(
+            aucs, increasing=True, tol=2 * se
+        )
+        utility = _utility(_accuracies(rows, "model_accuracy"), "model acc")
+        parts.append(
+            f"home fraction {float(rec['setup']['home_fraction']):g} ({utility}): "
+            f"{_f(aucs[-1])} at 100%, {_f(aucs[at_seed])} at {shares[at_seed]:g}, "
+            f"{_f(aucs[0])} at {shares[0]:g} "
+            f"({'falls beyond 2 SE' if falls else 'flat within 2 SE'})"
+        )
+    if not parts:
+        return ""
+    return "; the property stronger or weaker, " + ", ".join(parts)
+
+
 def _table_7_5(records: Records) -> Finding:
     rows = _defense_rows(records, "share_fraction")
     shares = [float(r["setting"]) for r in rows]
@@ -681,6 +731,7 @@ def _table_7_5(records: Records) -> Finding:
             f"within 2 SE = {_f(2 * se)} (seed: 0.93 vs 0.84){dense}"
             f"{_share_reason(rows, at_seed)}"
         )
+    reason += _share_strengths(records)
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
