@@ -658,6 +658,19 @@ def test_only_flowers_ray_backend_with_an_actor_pool_is_batched():
     assert not actor_batches.can_batch(Thing(pool=Thing(**full)))  # no app_fn
 
 
+def test_a_call_that_never_ran_is_released_without_moving_the_pace():
+    pace = Pace(workers=2)
+    pace.size(queued=0, limit=16)
+    pace.done(4, 0.02)  # 5 ms a message
+    for _ in range(3):
+        pace.size(queued=0, limit=16)
+    assert pace.busy == 3
+    pace.release()  # e.g. its submission failed
+    assert pace.busy == 2 and pace.per_message_s == pytest.approx(0.005)
+    pace.done(0, 1.0)  # a call of no message: released, no time per message
+    assert pace.busy == 1 and pace.per_message_s == pytest.approx(0.005)
+
+
 def test_a_fresh_pace_takes_the_first_time_as_it_is_and_stops_at_the_bar():
     pace = Pace(workers=2)
     pace.size(0, 16)

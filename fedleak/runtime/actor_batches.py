@@ -136,12 +136,17 @@ class Pace:
                 return 1
             return batch_size(queued, idle, limit)
 
-    def done(self, messages: int = 0, seconds: float = 0.0) -> None:
+    def release(self) -> None:
+        """Release a call that never ran (its time says nothing of the pace)."""
+        with self._lock:
+            self.busy -= 1
+
+    def done(self, messages: int, seconds: float) -> None:
         """Release the call; fold its time per message into the running mean.
 
         A call is released as soon as its actor is free, before its replies
-        are delivered: a worker still delivering is about to be idle.
-        ``messages = 0`` (a call that never ran) only releases it.
+        are delivered: a worker still delivering is about to be idle. A call
+        of no message only releases it.
         """
         with self._lock:
             self.busy -= 1
@@ -400,7 +405,7 @@ def _run_batch(
     try:
         future = pool.submit(submit, (backend.app_fn, payload, "", None))
     except BaseException:
-        pace.done()
+        pace.release()
         raise
     try:
         outcomes = _fetch(future)
@@ -471,7 +476,7 @@ def serve_messages(
                 first, messageins_queue, size, delivery.context_of
             )
         except Exception as ex:  # e.g. a context that cannot pickle
-            pace.done()
+            pace.release()
             delivery.error(first, _error_code(ex), _reason(ex), ex, _trace())
             continue
         _run_batch(batch, payload, backend, delivery, pace)
