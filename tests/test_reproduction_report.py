@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fedleak.bench import find_benchmark
+from fedleak.bench import find_benchmark, seed_claims
 from fedleak.bench.report import load_records, render_report
 from fedleak.bench.seed_claims import CLAIMS, assess, auc_standard_error, monotone
 from fedleak.errors import DataError
@@ -182,6 +183,87 @@ def test_table_7_5_reason_gives_each_strength_of_the_property():
     # a fall that is not monotone is flat too
     records["defenses-share-0.35"] = _strength(0.35, [0.60, 0.90, 0.70, 0.80])
     assert "(flat within 2 SE)" in assess(_claim("000 Table 7.5"), records).reason
+
+
+def _fall_of(ratio: float, last: float, rounds: int) -> float:
+    """The first AUC whose fall to ``last`` is ``ratio`` times 2 SE (bisection)."""
+    half = rounds // 2
+    lo, hi = 0.5, last
+    for _ in range(200):
+        first = (lo + hi) / 2
+        se = math.hypot(
+            auc_standard_error(last, half, half), auc_standard_error(first, half, half)
+        )
+        if last - first > ratio * 2 * se:
+            lo = first
+        else:
+            hi = first
+    return lo
+
+
+def _ramp(first: float, last: float) -> list[float]:
+    return [first, first + 0.3 * (last - first), first + 0.6 * (last - first), last]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "outcome"), [(1.01, "falls beyond 2 SE"), (0.99, "flat within 2 SE")]
+)
+def test_a_strength_falls_only_beyond_two_standard_errors_of_its_own_rounds(
+    ratio, outcome
+):
+    # the main record has 240 property rounds, the sweep 480: the sweep's own
+    # standard error decides, for the fall from 100% to the smallest share
+    first = _fall_of(ratio, 0.8, 480)
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    records["defenses-share-0.35"] = _strength(0.35, _ramp(first, 0.8))
+    reason = assess(_claim("000 Table 7.5"), records).reason
+    assert reason.endswith(f"({outcome})")
+    assert f"0.800 at 100%, {_ramp(first, 0.8)[2]:.3f} at 0.1, " in reason
+
+
+@pytest.mark.parametrize(
+    ("dip", "outcome"), [(1.5, "falls beyond 2 SE"), (2.5, "flat within 2 SE")]
+)
+def test_a_strength_may_step_back_by_two_standard_errors_and_still_fall(dip, outcome):
+    first, last = 0.60, 0.80
+    se = math.hypot(
+        auc_standard_error(last, 240, 240), auc_standard_error(first, 240, 240)
+    )
+    aucs = [first, 0.75, 0.75 - dip * se, last]  # a step back at 10%
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    records["defenses-share-0.35"] = _strength(0.35, aucs)
+    assert assess(_claim("000 Table 7.5"), records).reason.endswith(f"({outcome})")
+
+
+def test_a_strength_record_is_read_whatever_its_rows():
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    # sorted first and unreadable (no rows at all): skipped, the rest read
+    records["defenses-share-0.1"] = {"setup": {"home_fraction": 0.1}}
+    # two shares, both below the seed's 10%: the smallest stands for it
+    two = _strength(0.35, [0.70, 0.75, 0.76, 0.80])
+    two["rows"] = two["rows"][:2]
+    records["defenses-share-0.35"] = two
+    reason = assess(_claim("000 Table 7.5"), records).reason
+    assert reason.endswith(
+        "; the property stronger or weaker, home fraction 0.35 (model acc "
+        "0.70-0.74): 0.750 at 0.01, 0.700 at 0.003, 0.700 at 0.003 "
+        "(flat within 2 SE)"
+    )
+    one = _strength(0.35, [0.70, 0.75, 0.76, 0.80])
+    one["rows"] = one["rows"][:1]  # one share is no table
+    records["defenses-share-0.35"] = one
+    assert "stronger or weaker" not in assess(_claim("000 Table 7.5"), records).reason
+
+
+@pytest.mark.parametrize(("rounds", "half"), [(7, 3), (2, 1), (480, 240)])
+def test_the_difference_se_counts_half_the_property_rounds_per_auc(rounds, half):
+    records = {"defenses": {"setup": {"property_rounds": rounds}}}
+    expected = math.hypot(
+        auc_standard_error(0.7, half, half), auc_standard_error(0.6, half, half)
+    )
+    assert seed_claims._difference_se(records, 0.7, 0.6) == pytest.approx(expected)
+    assert seed_claims._se_of_difference(0.7, 0.6, rounds) == pytest.approx(expected)
+    assert seed_claims._se_of_difference(0.7, 0.6, 10 * rounds) < expected
 
 
 def test_auc_standard_error_is_hanley_mcneil():

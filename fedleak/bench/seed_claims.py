@@ -184,19 +184,22 @@ def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
     return math.sqrt(max(var, 0.0))
 
 
-def _difference_se(
-    records: Records, a: float, b: float, record: Mapping[str, Any] | None = None
-) -> float:
-    """Return the standard error of a difference of two defenses-bench AUCs.
+def _se_of_difference(a: float, b: float, rounds: int) -> float:
+    """Return the standard error of a difference of two property AUCs.
 
-    The scores per AUC are half the property rounds of ``record``
-    (``records["defenses"]`` by default).
+    Each AUC scores half of ``rounds`` property rounds: as many batches with
+    the property as without (Hanley and McNeil's error of each, combined).
     """
-    rounds = int((record or records["defenses"])["setup"]["property_rounds"])
     half = max(rounds // 2, 1)
     return math.hypot(
         auc_standard_error(a, half, half), auc_standard_error(b, half, half)
     )
+
+
+def _difference_se(records: Records, a: float, b: float) -> float:
+    """Return the standard error of a difference of two defenses-bench AUCs."""
+    rounds = int(records["defenses"]["setup"]["property_rounds"])
+    return _se_of_difference(a, b, rounds)
 
 
 def _aucs(record: Mapping[str, Any]) -> list[float]:
@@ -654,6 +657,10 @@ SHARE_STRENGTH_PREFIX: Final = "defenses-share-"
 --table share_fraction --home-fraction H``): the property's strength."""
 
 
+def _share_label(share: float) -> str:
+    return "100%" if share == 1.0 else f"{share:g}"
+
+
 def _share_strengths(records: Records) -> str:
     """Say how Table 7.5 comes out at each other strength of the property.
 
@@ -677,15 +684,16 @@ def _share_strengths(records: Records) -> str:
             (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
             default=0,
         )
-        se = _difference_se(records, aucs[-1], aucs[0], rec)
+        se = _se_of_difference(aucs[-1], aucs[0], int(rec["setup"]["property_rounds"]))
         falls = aucs[-1] - aucs[0] > 2 * se and monotone(
             aucs, increasing=True, tol=2 * se
         )
         utility = _utility(_accuracies(rows, "model_accuracy"), "model acc")
         parts.append(
             f"home fraction {float(rec['setup']['home_fraction']):g} ({utility}): "
-            f"{_f(aucs[-1])} at 100%, {_f(aucs[at_seed])} at {shares[at_seed]:g}, "
-            f"{_f(aucs[0])} at {shares[0]:g} "
+            f"{_f(aucs[-1])} at {_share_label(shares[-1])}, "
+            f"{_f(aucs[at_seed])} at {_share_label(shares[at_seed])}, "
+            f"{_f(aucs[0])} at {_share_label(shares[0])} "
             f"({'falls beyond 2 SE' if falls else 'flat within 2 SE'})"
         )
     if not parts:
