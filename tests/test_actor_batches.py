@@ -40,6 +40,7 @@ from fedleak.runtime.actor_batches import (
     serve_messages,
     take_batch,
 )
+from fedleak.runtime.actor_batches import _fetch as ray_fetch  # before the fakes
 
 RUN = 1
 
@@ -733,3 +734,19 @@ def test_a_call_is_released_once_its_actor_is_back_before_its_replies_go_out():
     finally:
         Store.update_context = original  # type: ignore[method-assign]
     assert busy_while_delivering == [0, 0, 0, 0]
+
+
+def test_a_call_is_fetched_with_ray_get_of_its_own_reference(monkeypatch):
+    import ray
+
+    asked: list[Any] = []
+    outcomes = Batch()
+
+    def get(ref: Any) -> Batch:
+        asked.append(ref)
+        return outcomes
+
+    monkeypatch.setattr(ray, "get", get)
+    ref = object()
+    assert ray_fetch(ref) is outcomes
+    assert asked == [ref]
