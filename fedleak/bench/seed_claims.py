@@ -657,6 +657,14 @@ SHARE_STRENGTH_PREFIX: Final = "defenses-share-"
 --table share_fraction --home-fraction H``): the property's strength."""
 
 
+def _seed_share_index(shares: Sequence[float]) -> int:
+    """Index of the smallest share at or above the seed's 10% (0 if none is)."""
+    return min(
+        (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
+        default=0,
+    )
+
+
 def _share_label(share: float) -> str:
     return "100%" if share == 1.0 else f"{share:g}"
 
@@ -680,10 +688,7 @@ def _share_strengths(records: Records) -> str:
             continue
         shares = [float(r["setting"]) for r in rows]
         aucs = [float(r["property_auc"]) for r in rows]
-        at_seed = min(
-            (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
-            default=0,
-        )
+        at_seed = _seed_share_index(shares)
         se = _se_of_difference(aucs[-1], aucs[0], int(rec["setup"]["property_rounds"]))
         falls = aucs[-1] - aucs[0] > 2 * se and monotone(
             aucs, increasing=True, tol=2 * se
@@ -705,10 +710,7 @@ def _table_7_5(records: Records) -> Finding:
     rows = _defense_rows(records, "share_fraction")
     shares = [float(r["setting"]) for r in rows]
     aucs = [float(r["property_auc"]) for r in rows]
-    at_seed = min(
-        (i for i, share in enumerate(shares) if share >= SEED_SMALLEST_SHARE),
-        default=0,
-    )
+    at_seed = _seed_share_index(shares)
     seed_drop = aucs[-1] - aucs[at_seed]  # all shared minus the seed's 10%
     drop = aucs[-1] - aucs[0]  # all shared minus the smallest share
     se = _difference_se(records, aucs[-1], aucs[0])

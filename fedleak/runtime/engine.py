@@ -233,7 +233,6 @@ def _dispatch(
     _wake_on_push(state)
     while not f_stop.is_set():
         _ENGINE.pushed.clear()
-        found = False
         taken = _one_per_node(state, nodes_mapping) if _ENGINE.active else None
         if taken is None:  # Flower's pass: one LinkState query per node
             taken = [
@@ -243,11 +242,10 @@ def _dispatch(
             ]
         for message in taken:
             queue.put(message)
-            found = True
         active = list(_ENGINE.active)
         if not active:
             f_stop.wait(FLOWER_POLL_INTERVAL)
-        elif not found:
+        elif not taken:
             _ENGINE.pushed.wait(WAKE_FALLBACK_S)
 
 
