@@ -24,6 +24,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from fedleak import protocol
 from fedleak.defenses import (
     NOISE_SEED_KEY,
+    SELECTION_WORD,
     ClientDefenses,
     private_local_training,
     record_level_epsilon,
@@ -125,6 +126,7 @@ class DefendedClient(HonestClient):
             self.data.x_train[batch],
             self.data.y_train[batch],
             seed=self.noise_rng(self._server_round()),
+            selection_seed=self.rng(SELECTION_WORD, self._server_round()),
         )
         metrics = MetricRecord({protocol.NUM_EXAMPLES: int(batch.shape[0])})
         if self.defenses.dp_noise_multiplier is not None:
@@ -176,7 +178,9 @@ class DefendedClient(HonestClient):
             for name in theta
             if np.issubdtype(theta[name].dtype, np.floating)
         }
-        defended = self.defenses.upload(change)
+        defended = self.defenses.upload(
+            change, selection_seed=self.rng(SELECTION_WORD, server_round)
+        )
         upload = {
             name: (theta[name] + defended[name]).astype(theta[name].dtype)
             if name in defended

@@ -7,6 +7,8 @@ section) composes them for one client's upload:
 - **selective gradient sharing** (Ch. 7.3.1, Shokri and Shmatikov):
   :func:`share_top_fraction` keeps the largest-magnitude fraction of the
   update's coordinates (over all arrays together) and zeroes the rest;
+  :func:`share_random_fraction` keeps a uniformly random fraction instead
+  (Shokri and Shmatikov's other selection criterion; the seed names neither);
 - **vocabulary restriction** (Ch. 7.3.2): :func:`restrict_inputs` maps every
   token outside the top-``N`` to the unknown token before training, and
   :func:`zero_rows_outside_vocabulary` zeroes the embedding rows outside the
@@ -43,7 +45,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_serializer
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBEDDING_KEY",
     "NOISE_SEED_KEY",
+    "SELECTION_WORD",
     "ClientDefenses",
     "clip_update",
     "make_dp_compatible",
@@ -68,6 +71,7 @@ __all__ = [
     "private_local_training",
     "record_level_epsilon",
     "restrict_inputs",
+    "share_random_fraction",
     "share_top_fraction",
     "zero_rows_outside_vocabulary",
 ]
@@ -78,6 +82,12 @@ EMBEDDING_KEY = "embedding.weight"
 
 NOISE_SEED_KEY = "privacy.noise-seed"
 """Message-config entry with ``[privacy] noise_seed``, sent only when it is set."""
+
+SELECTION_WORD = 0x5E1
+"""Word mixed into a run's seed for the random share selection's own stream.
+
+Kept apart from the batches' and the DP noise's streams, so that choosing
+``share_selection = "random"`` changes no other draw of a run."""
 
 
 def share_top_fraction(
@@ -103,8 +113,7 @@ def share_top_fraction(
     dict of str to numpy.ndarray
         Same keys, shapes and dtypes.
     """
-    if not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"share fraction must lie in (0, 1], got {fraction}")
+    _check_share_fraction(fraction)
     names = list(update)
     if fraction == 1.0 or not names:
         return {k: np.array(v, copy=True) for k, v in update.items()}
@@ -386,6 +395,66 @@ def participant_level_epsilon(
     return sgm_epsilon(sampled_clients / total_clients, noise_multiplier, rounds, delta)
 
 
+def _check_share_fraction(fraction: float) -> None:
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"share fraction must lie in (0, 1], got {fraction}")
+
+
+def share_random_fraction(
+    update: Mapping[str, np.ndarray], fraction: float, *, seed: RngLike
+) -> dict[str, np.ndarray]:
+    """Keep ``ceil(fraction * size)`` coordinates drawn uniformly, zero the rest.
+
+    Seed 000 Ch. 7.3.1 shares "only a fraction of their gradients" as
+    suggested by Shokri and Shmatikov, whose distributed selective SGD
+    chooses the shared coordinates either by largest magnitude
+    (:func:`share_top_fraction`) or at random; the seed does not say which.
+    This is the random choice, over all arrays together, without replacement
+    and without a magnitude threshold, so a coordinate survives with
+    probability ``k / size`` whatever its value.
+
+    Parameters
+    ----------
+    update : mapping of str to numpy.ndarray
+        A gradient, or a model change ``theta_k - theta``.
+    fraction : float
+        In ``(0, 1]``; 1 returns copies unchanged (and draws nothing).
+    seed : numpy.random.Generator or int
+        The choice's randomness; ``None`` is refused (unless nothing is
+        chosen), so that a run's selection follows its seed.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Same keys, shapes and dtypes.
+
+    Raises
+    ------
+    ConfigError
+        If ``fraction`` is outside ``(0, 1]``, or ``seed`` is ``None`` for a
+        fraction below 1.
+    """
+    _check_share_fraction(fraction)
+    names = list(update)
+    if fraction == 1.0 or not names:
+        return {k: np.array(v, copy=True) for k, v in update.items()}
+    if seed is None:
+        raise ConfigError("a random share selection needs a seed or a generator")
+    sizes = [np.asarray(update[k]).size for k in names]
+    total = sum(sizes)
+    k = math.ceil(fraction * total)
+    keep = np.zeros(total, dtype=bool)
+    keep[check_rng(seed).choice(total, size=k, replace=False)] = True
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for name, size in zip(names, sizes, strict=True):
+        value = np.asarray(update[name])
+        mask = keep[start : start + size].reshape(value.shape)
+        out[name] = np.where(mask, value, np.zeros_like(value))
+        start += size
+    return out
+
+
 class ClientDefenses(SettingsModel):
     """The client-side defenses one client applies: ``[defenses]`` of an experiment.
 
@@ -398,6 +467,11 @@ class ClientDefenses(SettingsModel):
     ----------
     share_fraction : float
         Fraction of coordinates uploaded, in ``(0, 1]`` (1 = everything).
+    share_selection : {"largest", "random"}
+        Which coordinates a fraction below 1 keeps: the largest by magnitude
+        (:func:`share_top_fraction`, the default) or a uniformly random set
+        (:func:`share_random_fraction`, drawn from the ``selection_seed`` of
+        :meth:`gradient` / :meth:`upload`).
     vocab_top_n : int or None
         Restrict inputs and the embedding upload to the top-``N`` words
         (>= 1; ``None`` = no restriction, written ``0`` in files and message
@@ -418,6 +492,7 @@ class ClientDefenses(SettingsModel):
     prefix: ClassVar[str] = "defenses"
 
     share_fraction: float = Field(1.0, gt=0, le=1)
+    share_selection: Literal["largest", "random"] = "largest"
     vocab_top_n: int | None = Field(None, ge=1)
     dp_noise_multiplier: float | None = Field(None, ge=0)
     dp_max_grad_norm: float = Field(1.0, gt=0)
@@ -467,11 +542,18 @@ class ClientDefenses(SettingsModel):
         )
 
     def gradient(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: RngLike
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        seed: RngLike,
+        selection_seed: RngLike = None,
     ) -> dict[str, np.ndarray]:
         """Compute the defended one-batch gradient (synchronized SGD).
 
-        ``seed`` is the DP-SGD noise's (see :func:`private_batch_gradient`).
+        ``seed`` is the DP-SGD noise's (see :func:`private_batch_gradient`);
+        ``selection_seed`` the random share selection's (see :meth:`upload`).
         """
         from torch import nn
 
@@ -494,13 +576,24 @@ class ClientDefenses(SettingsModel):
                 for n, p in model.named_parameters()
                 if p.grad is not None
             }
-        return self.upload(grads)
+        return self.upload(grads, selection_seed=selection_seed)
 
-    def upload(self, update: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Apply the upload side (vocabulary rows, then top-fraction) to an update."""
+    def upload(
+        self, update: Mapping[str, np.ndarray], *, selection_seed: RngLike = None
+    ) -> dict[str, np.ndarray]:
+        """Apply the upload side (vocabulary rows, then the shared fraction).
+
+        ``selection_seed`` draws the coordinates of a ``"random"``
+        ``share_selection`` (required then, ignored otherwise).
+        """
         out = dict(update)
         if self.vocab_top_n is not None:
             out = zero_rows_outside_vocabulary(out, self.vocab_top_n)
         if self.share_fraction < 1.0:
-            out = share_top_fraction(out, self.share_fraction)
+            if self.share_selection == "random":
+                out = share_random_fraction(
+                    out, self.share_fraction, seed=selection_seed
+                )
+            else:
+                out = share_top_fraction(out, self.share_fraction)
         return out

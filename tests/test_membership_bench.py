@@ -155,6 +155,13 @@ def test_bench_defenses_keeps_the_rows_measured_before_a_failure(
     assert kept["setup"]["property_rounds"] == 30
 
 
+def _share_table_cli(out: Path, *options: str) -> None:
+    """Run ``fedleak bench defenses --quick --table share_fraction`` in process."""
+    command = ["bench", "defenses", "--quick", "--table", "share_fraction"]
+    result = CliRunner().invoke(app, [*command, *options, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.in_default_run  # seconds: the rows are stubbed
 def test_bench_defenses_home_fraction_sets_the_property_strength(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -173,21 +180,7 @@ def test_bench_defenses_home_fraction_sets_the_property_strength(
         bench, "_row", lambda table, setting, *_a, **_k: _stubbed_row(table, setting)
     )
     out = tmp_path / "strong.json"
-    result = CliRunner().invoke(
-        app,
-        [
-            "bench",
-            "defenses",
-            "--quick",
-            "--table",
-            "share_fraction",
-            "--home-fraction",
-            "0.35",
-            "--out",
-            str(out),
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    _share_table_cli(out, "--home-fraction", "0.35")
     assert seen == [0.35]
     assert json.loads(out.read_text())["setup"]["home_fraction"] == 0.35
     # the fraction reaches the generator: more home check-ins, other records
@@ -195,6 +188,51 @@ def test_bench_defenses_home_fraction_sets_the_property_strength(
     strong, _ = dataset(True, 0, 0.35)
     assert weak.x_train.shape[1:] == strong.x_train.shape[1:]
     assert not np.array_equal(weak.x_train, strong.x_train)
+
+
+@pytest.mark.in_default_run  # seconds: the rows are stubbed
+def test_bench_defenses_share_selection_reaches_every_share_below_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedleak.bench.defenses as bench
+
+    seen: list[tuple[object, str, float]] = []
+
+    def stub(table, setting, _data, _top, setup, **_k):
+        d = setup.defenses
+        seen.append((setting, d.share_selection, d.share_fraction))
+        return _stubbed_row(table, setting)
+
+    monkeypatch.setattr(bench, "_row", stub)
+    out = tmp_path / "random.json"
+    _share_table_cli(out, "--share-selection", "random")
+    shares = bench._settings(True, 10)["share_fraction"]
+    assert [s for s, _, _ in seen] == list(shares)
+    for setting, selection, fraction in seen:
+        assert fraction == setting
+        # sharing everything selects nothing: the undefended setup
+        assert selection == ("largest" if setting == 1.0 else "random")
+    assert json.loads(out.read_text())["setup"]["share_selection"] == "random"
+    seen.clear()
+    bench.run_defenses_bench(
+        tmp_path / "top.json", tables=("share_fraction",), quick=True
+    )
+    assert {selection for _, selection, _ in seen} == {"largest"}
+    assert (
+        json.loads((tmp_path / "top.json").read_text())["setup"]["share_selection"]
+        == "largest"
+    )
+
+
+@pytest.mark.in_default_run  # no simulation: the value is refused first
+def test_bench_defenses_refuses_an_unknown_share_selection(tmp_path: Path) -> None:
+    from fedleak.errors import ConfigError
+
+    out = tmp_path / "defenses.json"
+    message = r"share_selection must be one of \['largest', 'random'\], got 'smallest'"
+    with pytest.raises(ConfigError, match=message):
+        run_defenses_bench(out, quick=True, share_selection="smallest")
+    assert not out.exists()
 
 
 @pytest.mark.in_default_run  # no simulation: the value is refused first

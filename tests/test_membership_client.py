@@ -126,6 +126,46 @@ def test_defended_client_uploads_only_the_top_fraction(tmp_path: Path) -> None:
     assert defended_behaviour(SPEC, 0, inactive) is None
 
 
+def test_defended_client_draws_a_random_share_from_its_run_seed(tmp_path: Path) -> None:
+    """The random choice follows the run seed, partition and round: replayable."""
+    config = ConfigRecord(
+        {
+            **_config(tmp_path, 1),
+            "defenses.share_fraction": 0.05,
+            "defenses.share_selection": "random",
+        }
+    )
+    defenses = ClientDefenses.from_config(config)
+    assert defenses.share_selection == "random"
+    theta = {k: v.detach().numpy() for k, v in SPEC.new_model().state_dict().items()}
+    arrays = ArrayRecord({k: Array(v) for k, v in theta.items()})
+
+    def upload(partition: int, server_round: int) -> dict[str, np.ndarray]:
+        client = DefendedClient(SPEC, partition, defenses)
+        round_config = ConfigRecord({**config, protocol.SERVER_ROUND: server_round})
+        client.bind(_context(partition), round_config)
+        return _numpy(client.gradient_reply(arrays, ConfigRecord())[0])
+
+    first, again = upload(0, 1), upload(0, 1)
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    later = upload(0, 2)
+    assert any(
+        not np.array_equal(first[k] != 0, later[k] != 0) for k in first
+    )  # another round, another choice
+    total = sum(v.size for v in first.values())
+    assert sum(np.count_nonzero(v) for v in first.values()) <= int(
+        np.ceil(0.05 * total)
+    )
+    # the largest-magnitude choice would keep the batch's embedding rows whole;
+    # a random 5% keeps few of their coordinates
+    rows = np.flatnonzero(np.abs(first[EMBEDDING_KEY]).sum(axis=1))
+    assert rows.size > 0
+    assert (
+        np.count_nonzero(first[EMBEDDING_KEY][rows])
+        < 0.5 * first[EMBEDDING_KEY][rows].size
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.in_default_run
 def test_flower_run_has_recall_one(tmp_path: Path) -> None:

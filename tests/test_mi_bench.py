@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from fedleak.data import skewed_purchases
 from fedleak.errors import ConfigError
 
 FEDLEAK = str(Path(sys.executable).with_name("fedleak"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 torch.set_num_threads(1)
 
@@ -134,16 +136,60 @@ def test_cli_refuses_an_unknown_part_before_any_work(tmp_path):
 
 
 def test_scales_are_named_and_checked_before_any_work(tmp_path: Path) -> None:
-    from fedleak.bench.mi_generative import CPU, FULL, QUICK, SCALES
+    from fedleak.bench.mi_generative import CPU, FULL, FULL_WIDE, QUICK, SCALES
 
-    assert SCALES == {"quick": QUICK, "cpu": CPU, "thesis": FULL}
+    assert SCALES == {
+        "quick": QUICK,
+        "cpu": CPU,
+        "thesis": FULL,
+        "thesis-wide": FULL_WIDE,
+    }
     # the default (cpu) is Fashion-MNIST, smaller than the thesis scale
     assert CPU.dataset == FULL.dataset == "fashion-mnist"
     assert CPU.pool_size < FULL.pool_size
     assert CPU.gan_discriminator_channels < FULL.gan_discriminator_channels
+    # the seed's targets are fixed at epoch 400 (seed 000 Ch. 6.2.4)
+    assert FULL.target_epochs == FULL_WIDE.target_epochs == 400
+    # the wide scale differs from the thesis scale in the DCGAN's widths only
+    # (and leaves out the conditional target)
+    assert (FULL_WIDE.gan_generator_channels, FULL_WIDE.gan_discriminator_channels) == (
+        64,
+        128,
+    )
+    assert (
+        replace(
+            FULL_WIDE,
+            gan_generator_channels=FULL.gan_generator_channels,
+            gan_discriminator_channels=FULL.gan_discriminator_channels,
+            conditional=True,
+        )
+        == FULL
+    )
     out = tmp_path / "x.json"
     with pytest.raises(ConfigError, match=r"unknown scale 'huge'.*thesis"):
         run_mi_generative_bench(out, scale="huge")
     with pytest.raises(ConfigError, match="--quick contradicts --scale thesis"):
         run_mi_generative_bench(out, quick=True, scale="thesis")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("record", "scale"),
+    [
+        ("mi-generative-fashion-mnist", "cpu"),
+        ("mi-generative-fashion-mnist-thesis", "thesis"),
+        ("mi-generative-fashion-mnist-thesis-wide", "thesis-wide"),
+    ],
+)
+def test_landed_records_hold_their_named_scales_settings(
+    record: str, scale: str
+) -> None:
+    """A record named after a scale was run with exactly that scale's settings."""
+    from fedleak.bench.mi_generative import SCALES
+
+    saved = json.loads((BENCHMARKS / f"{record}.json").read_text(encoding="utf-8"))
+    assert saved["scale"] == scale
+    expected = json.loads(json.dumps(asdict(SCALES[scale])))  # tuples -> lists
+    assert saved["settings"] == expected
+    for plot in saved["plots"]:
+        assert (BENCHMARKS / plot).is_file(), plot

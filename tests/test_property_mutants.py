@@ -110,7 +110,11 @@ def _rounds(
         model,
         setup,
         pools,
-        (np.random.default_rng(9), np.random.default_rng(10)),
+        (
+            np.random.default_rng(9),
+            np.random.default_rng(10),
+            np.random.default_rng(11),
+        ),
         aux_batches=aux_batches,
         features=features,
         emulate_defenses=emulate_defenses,

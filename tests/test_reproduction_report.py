@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -463,7 +465,8 @@ def _monte_carlo(hog: tuple[float, float], pca: tuple[float, float]) -> dict[str
         for model, acc in zip(("vae", "gan"), pair, strict=True)
     ]
     mc = {"trials": 50, "rows": rows, "samples": 10, "set_size": 30}
-    return {"mi-generative-fashion-mnist": {"monte_carlo": mc}}
+    settings = {"target_epochs": 400, "vae_epochs": 300}
+    return {seed_claims.MI_THESIS: {"monte_carlo": mc, "settings": settings}}
 
 
 @pytest.mark.parametrize(
@@ -471,13 +474,160 @@ def _monte_carlo(hog: tuple[float, float], pca: tuple[float, float]) -> dict[str
     [
         ((0.84, 0.64), (1.00, 0.75), "reproduced"),  # the seed's own numbers
         ((0.84, 0.64), (0.80, 0.88), "partly"),  # one tie (2 SE = 0.15)
-        ((0.80, 0.72), (0.80, 0.88), "not reproduced"),  # the landed record
+        ((0.80, 0.72), (0.80, 0.88), "not reproduced"),  # the CPU-scale record
         ((0.84, 0.64), (0.60, 0.95), "not reproduced"),  # reversed
     ],
 )
 def test_monte_carlo_rule_compares_per_distance_with_standard_errors(hog, pca, verdict):
     finding = assess(_claim("004 Tables 4.5-4.6"), _monte_carlo(hog, pca))
     assert finding.verdict == verdict
+
+
+def test_monte_carlo_rule_cites_the_cpu_scale_beside_the_seed_scale():
+    records = _monte_carlo((0.84, 0.64), (0.80, 0.88))
+    cpu = _monte_carlo((0.50, 0.50), (0.50, 0.90))[seed_claims.MI_THESIS]
+    records[seed_claims.MI_CPU] = {
+        **cpu,
+        "settings": {"pool_size": 1000, "member_fraction": 0.1, "target_epochs": 1000},
+    }
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    # the verdict is the seed scale's alone (one tie), the CPU scale is cited
+    assert finding.verdict == "partly"
+    assert "100 members x 1000 epochs, 50 trials of sets of 30: HOG VAE 0.50" in (
+        finding.fedleak
+    )
+    assert "PCA VAE 0.50 vs GAN 0.90 (reversed" in finding.fedleak
+    assert "GAN 400 / VAE 300 epochs" in finding.scale
+
+
+def _mi_record(
+    white: list[float],
+    black: tuple[float, float],
+    *,
+    channels: tuple[int, int] = (32, 64),
+    members: int = 600,
+    epochs: int = 400,
+) -> dict[str, Any]:
+    """A mi-generative record: white-box finals with a rising curve, black-box."""
+    half = epochs // 2
+    return {
+        "scale": "thesis",
+        "device": "cuda",
+        "settings": {
+            "pool_size": members * 10,
+            "member_fraction": 0.1,
+            "target_epochs": epochs,
+            "gan_generator_channels": channels[0],
+            "gan_discriminator_channels": channels[1],
+        },
+        "white_box": [
+            {
+                "final_accuracy": w,
+                "baseline": 0.1,
+                "curve": [
+                    {"epoch": half, "accuracy": w / 2},
+                    {"epoch": epochs, "accuracy": w},
+                ],
+            }
+            for w in white
+        ],
+        "black_box": [
+            {"target": t, "final_accuracy": b, "baseline": 0.1}
+            for t, b in zip(("dcgan", "vae"), black, strict=True)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("thesis", "wide", "verdict", "reason"),
+    [
+        ([0.9, 0.85], None, "reproduced", "on the seed's schedule"),
+        ([0.6, 0.62], None, "partly", "(0.60 / 0.62 at epoch 400 from 0.30 / 0.31"),
+        ([0.6, 0.62], [0.85], "reproduced", "usual widths; the narrower 32/64"),
+        ([0.6, 0.62], [0.79], "partly", "below the seed's 0.8-0.98"),
+        ([0.79, 0.9], None, "partly", "below the seed's"),  # each target counts
+    ],
+)
+def test_fig_6_7_reads_the_seed_scale_and_the_dcgan_widths(
+    thesis, wide, verdict, reason
+):
+    records: dict[str, Any] = {seed_claims.MI_THESIS: _mi_record(thesis, (0.2, 0.2))}
+    if wide is not None:
+        records[seed_claims.MI_THESIS_WIDE] = _mi_record(
+            wide, (0.2, 0.2), channels=(64, 128)
+        )
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert finding.verdict == verdict
+    assert reason in finding.reason
+    assert "600 members of a pool of 6000 (thesis, cuda)" in finding.scale
+    if wide is not None:
+        assert "(64/128 channels)" in finding.fedleak
+
+
+@pytest.mark.parametrize(
+    ("black", "verdict"),
+    [
+        ((0.40, 0.38), "reproduced"),
+        ((0.20, 0.14), "partly"),
+        ((0.20, 0.13), "not reproduced"),  # 0.13 is not above 1.3x chance
+        ((0.12, 0.12), "not reproduced"),
+    ],
+)
+def test_fig_6_8_verdict_is_the_seed_scales_and_cites_the_others(black, verdict):
+    records: dict[str, Any] = {
+        seed_claims.MI_THESIS: _mi_record([0.6, 0.6], black),
+        seed_claims.MI_THESIS_WIDE: _mi_record([0.85], (0.5, 0.5), channels=(64, 128)),
+        seed_claims.MI_CPU: _mi_record([0.98], (0.5, 0.5), members=100, epochs=1000),
+    }
+    finding = assess(_claim("000 Fig. 6.8"), records)
+    # the wider and the CPU-scale records, though better, do not set the verdict
+    assert finding.verdict == verdict
+    assert "64/128-channel DCGAN target: dcgan 0.50, vae 0.50 (white-box 0.85)" in (
+        finding.fedleak
+    )
+    assert "100 members x 1000 epochs: dcgan 0.50" in finding.fedleak
+    if verdict != "reproduced":
+        assert "the same targets reaches 0.60 / 0.60" in finding.reason
+
+
+def test_ch_6_1_4_judges_the_seed_scale_and_says_what_holds_at_cpu_scale():
+    def with_aux(
+        record: dict[str, Any], test_only: float, train: float, both: float
+    ) -> dict[str, Any]:
+        def row(setting: str, scenario: str, acc: float, base: float) -> dict:
+            return {
+                "setting": setting,
+                "scenario": scenario,
+                "delay_steps": 1000,
+                "final_accuracy": acc,
+                "baseline": base,
+            }
+
+        record["auxiliary"] = [
+            row("discriminative", "test", test_only, 0.12),
+            row("generative", "train", train, 0.08),
+            row("generative", "train+test", both, 0.1),
+        ]
+        return record
+
+    thesis = with_aux(_mi_record([0.6], (0.13, 0.13)), 0.15, 0.14, 0.2)
+    records: dict[str, Any] = {seed_claims.MI_THESIS: thesis}
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.verdict == "reproduced"  # 0.15 <= 1.3 x 0.12; 0.14, 0.2 > 0.13
+    thesis = with_aux(_mi_record([0.6], (0.13, 0.13)), 0.16, 0.10, 0.12)
+    records = {
+        seed_claims.MI_THESIS: thesis,
+        seed_claims.MI_CPU: with_aux(
+            _mi_record([0.98], (0.21, 0.14), members=100, epochs=1000), 0.31, 0.1, 0.25
+        ),
+    }
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.verdict == "not reproduced"
+    assert finding.reason.endswith(
+        "at 100 members x 1000 epochs holds: train+test knowledge beats the plain "
+        "black-box"
+    )
+    assert "100 members x 1000 epochs: disc. test-only 0.31" in finding.fedleak
 
 
 def test_fig_5_5_reason_cites_the_size_check_when_recorded():
@@ -1047,3 +1197,357 @@ def test_utility_span_collapses_when_both_ends_print_alike():
     record["membership-3000"]["rows"][-1]["model_accuracy"] = 0.914
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
     assert finding.utility.startswith("checkins: model acc 0.91-0.92, ")
+
+
+def _aux_row(
+    setting: str, scenario: str, acc: float, base: float, delay: int = 1000
+) -> dict[str, Any]:
+    return {
+        "setting": setting,
+        "scenario": scenario,
+        "delay_steps": delay,
+        "final_accuracy": acc,
+        "baseline": base,
+    }
+
+
+def test_ch_6_1_4_rows_read_exactly_and_delay_zero_runs_are_ignored():
+    thesis = _mi_record([0.6], (0.13, 0.11))
+    thesis["auxiliary"] = [
+        # the runs with the auxiliary data from the start are not the seed's
+        _aux_row("discriminative", "test", 0.99, 0.5, delay=0),
+        _aux_row("generative", "train", 0.01, 0.5, delay=0),
+        _aux_row("discriminative", "test", 0.15, 0.12),
+        _aux_row("generative", "train", 0.12, 0.08),
+        _aux_row("generative", "train+test", 0.2, 0.1),
+    ]
+    finding = assess(_claim("000 Figs. 6.9-6.11"), {seed_claims.MI_THESIS: thesis})
+    # 0.15 <= 1.3 x 0.12 holds; 0.12 is not above the plain 0.13; 0.2 is
+    assert finding.verdict == "partly"
+    assert finding.reason == (
+        "holds: test-only knowledge at chance; train+test knowledge beats the "
+        "plain black-box. fails: train-only knowledge beats the plain black-box"
+    )
+    assert finding.fedleak == (
+        "disc. test-only 0.15 (chance 0.12); gen. train-only 0.12, train+test "
+        "0.20; plain black-box 0.13"
+    )
+    assert finding.utility == "target as Fig. 6.8"
+    assert (
+        finding.scale == "400 GAN epochs, 600 members of a pool of 6000 (thesis, cuda)"
+    )
+    # at the boundaries: 1.3 x chance is still at chance, a tie with the plain
+    # black-box does not beat it
+    thesis["auxiliary"][2] = _aux_row("discriminative", "test", 0.13, 0.1)
+    thesis["auxiliary"][4] = _aux_row("generative", "train+test", 0.13, 0.1)
+    finding = assess(_claim("000 Figs. 6.9-6.11"), {seed_claims.MI_THESIS: thesis})
+    assert finding.reason == (
+        "holds: test-only knowledge at chance. fails: train-only knowledge beats "
+        "the plain black-box; train+test knowledge beats the plain black-box"
+    )
+    cpu = _mi_record([0.98], (0.21, 0.14), members=100, epochs=1000)
+    cpu["auxiliary"] = [
+        _aux_row("discriminative", "test", 0.5, 0.12),
+        _aux_row("generative", "train", 0.1, 0.08),
+        _aux_row("generative", "train+test", 0.1, 0.1),
+    ]
+    records = {seed_claims.MI_THESIS: thesis, seed_claims.MI_CPU: cpu}
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.reason.endswith("; at 100 members x 1000 epochs none holds")
+
+
+def test_fig_6_8_strings_in_full():
+    thesis = _mi_record([0.6, 0.62], (0.2, 0.14))
+    thesis["black_box"][0]["baseline"] = 0.1
+    finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: thesis})
+    assert finding.fedleak == "dcgan 0.20, vae 0.14 (chance 0.10)"
+    assert finding.reason == (
+        "above chance but below the seed's 0.38-0.63, although the white-box "
+        "attack on the same targets reaches 0.60 / 0.62"
+    )
+    assert finding.utility == "target fixed after training (seed: epoch 400)"
+    assert (
+        finding.scale == "400 GAN epochs, 600 members of a pool of 6000 (thesis, cuda)"
+    )
+    low = _mi_record([0.6], (0.1, 0.12))
+    finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: low})
+    assert finding.reason == (
+        "black-box within 1.3x chance at the seed's scale, although the white-box "
+        "attack on the same targets reaches 0.60"
+    )
+    high = _mi_record([0.99], (0.35, 0.6))
+    finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: high})
+    assert finding.verdict == "reproduced"
+    assert finding.reason == "black-box accuracy of the seed's size (0.38-0.63)"
+    # 0.35 is the lowest that counts; the baseline is the record's own
+    thesis = _mi_record([0.6], (0.349, 0.6))
+    assert assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: thesis}).verdict == (
+        "partly"
+    )
+    for row in thesis["black_box"]:
+        row["baseline"] = 0.3
+    assert assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: thesis}).verdict == (
+        "not reproduced"
+    )
+
+
+def test_fig_6_7_strings_in_full():
+    records: dict[str, Any] = {
+        seed_claims.MI_THESIS: _mi_record([0.6, 0.62], (0.1, 0.1)),
+        seed_claims.MI_THESIS_WIDE: _mi_record([0.85], (0.1, 0.1), channels=(64, 128)),
+        seed_claims.MI_CPU: _mi_record(
+            [0.98, 0.86], (0.2, 0.1), members=100, epochs=1000
+        ),
+    }
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert finding.fedleak == (
+        "white-box at epoch 400: 0.60 / 0.62 (32/64 channels), 0.85 (64/128 "
+        "channels) (chance 0.10); 100 members x 1000 epochs: 0.98 / 0.86"
+    )
+    assert finding.reason == (
+        "the seed's 0.8-0.98 at epoch 400 with the DCGAN's usual widths; the "
+        "narrower 32/64-channel DCGAN overfits more slowly (0.60 / 0.62 at epoch "
+        "400 from 0.30 / 0.31 at half of it)"
+    )
+    assert finding.utility == "target GAN trained to overfitting (as the seed)"
+    # a curve point after half the epochs is not the halfway figure
+    rec = records[seed_claims.MI_THESIS]
+    rec["white_box"][0]["curve"].insert(1, {"epoch": 240, "accuracy": 0.5})
+    rec["white_box"][1]["curve"] = [{"epoch": 400, "accuracy": 0.62}]
+    del records[seed_claims.MI_THESIS_WIDE]
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert finding.reason == (
+        "white-box below the seed's 0.8-0.98 at epoch 400 (0.60 / 0.62 at epoch 400 "
+        "from 0.30 / n/a at half of it)"
+    )
+    assert finding.fedleak.startswith("white-box at epoch 400: 0.60 / 0.62 (32/64 ")
+    records[seed_claims.MI_THESIS] = _mi_record([0.8, 0.9], (0.1, 0.1))
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert finding.verdict == "reproduced"
+    assert (
+        finding.reason == "white-box attack of the seed's size on the seed's schedule"
+    )
+
+
+def _mc_record(
+    pairs: dict[str, tuple[float, float]], trials: int = 100, set_size: int = 100
+) -> dict[str, Any]:
+    rows = [
+        {
+            "model": model,
+            "distance": distance,
+            "heuristic": heuristic,
+            "set_accuracy": acc,
+        }
+        for distance, pair in pairs.items()
+        for model, acc in zip(("vae", "gan"), pair, strict=True)
+        # a percentile heuristic's rows are not the seed's median heuristic
+        for heuristic, acc in (("median", acc), ("0.01%", 1.0 - acc))
+    ]
+    mc = {"trials": trials, "rows": rows, "samples": 10000, "set_size": set_size}
+    return {
+        "monte_carlo": mc,
+        "settings": {
+            "target_epochs": 400,
+            "vae_epochs": 300,
+            "pool_size": 6000,
+            "member_fraction": 0.1,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("pairs", "verdict", "reason"),
+    [
+        (
+            {"hog": (0.9, 0.5), "pca": (0.9, 0.5)},
+            "reproduced",
+            "the VAE is more exposed than the GAN under both distances",
+        ),
+        (
+            {"hog": (0.9, 0.5), "pca": (0.5, 0.9)},
+            "not reproduced",
+            "the GAN is significantly more exposed under one distance",
+        ),
+        (
+            {"hog": (0.9, 0.5), "pca": (0.5, 0.5)},
+            "partly",
+            "VAE above GAN under one distance; under the other they differ by less "
+            "than 2 standard errors of 100 trials",
+        ),
+        (
+            {"hog": (0.5, 0.5), "pca": (0.5, 0.5)},
+            "not reproduced",
+            "no distance separates VAE and GAN by 2 standard errors of 100 trials, "
+            "where the seed's gaps (0.20, 0.25) would",
+        ),
+    ],
+)
+def test_monte_carlo_rule_strings_in_full(pairs, verdict, reason):
+    records = {seed_claims.MI_THESIS: _mc_record(pairs)}
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.verdict == verdict
+    assert finding.reason == reason
+    assert finding.utility == "targets as Ch. 6 rows"
+    assert finding.scale == (
+        "Fashion-MNIST, GAN 400 / VAE 300 epochs, 10000 MC samples, sets of 100"
+    )
+
+
+def test_monte_carlo_rule_reads_each_distance_at_its_standard_error():
+    # SE of 0.9 vs 0.5 over 100 trials: sqrt((0.09 + 0.25) / 100) = 0.0583
+    records = {
+        seed_claims.MI_THESIS: _mc_record({"hog": (0.9, 0.5), "pca": (0.5, 0.65)})
+    }
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.fedleak == (
+        "median-heuristic set accuracy: HOG VAE 0.90 vs GAN 0.50 (holds, 2 SE = "
+        "0.12); PCA VAE 0.50 vs GAN 0.65 (reversed, 2 SE = 0.14)"
+    )
+    # 0.15 lies between 2 SE (0.138) and 3 SE (0.207): reversed, not a tie
+    assert finding.verdict == "not reproduced"
+    # equal at certainty: no standard error, no difference: a tie, not "holds"
+    records = {
+        seed_claims.MI_THESIS: _mc_record({"hog": (1.0, 1.0), "pca": (1.0, 1.0)})
+    }
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.fedleak.count("(tie, 2 SE = 0.00)") == 2
+    # a distance without rows is not measured: n/a, and no verdict from it
+    records = {seed_claims.MI_THESIS: _mc_record({"pca": (0.9, 0.5)})}
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert "HOG VAE n/a vs GAN n/a (tie, 2 SE = n/a)" in finding.fedleak
+    assert finding.verdict == "partly"
+
+
+def test_monte_carlo_rule_cites_the_cpu_record_after_the_seed_scales():
+    thesis = _mc_record({"hog": (0.9, 0.5), "pca": (0.9, 0.5)})
+    cpu = _mc_record({"hog": (0.5, 0.9), "pca": (0.5, 0.5)}, trials=50, set_size=30)
+    cpu["settings"].update(pool_size=1000, target_epochs=1000)
+    records = {seed_claims.MI_THESIS: thesis, seed_claims.MI_CPU: cpu}
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.verdict == "reproduced"  # the CPU record's reversal is cited only
+    assert finding.fedleak == (
+        "median-heuristic set accuracy: HOG VAE 0.90 vs GAN 0.50 (holds, 2 SE = "
+        "0.12); PCA VAE 0.90 vs GAN 0.50 (holds, 2 SE = 0.12); 100 members x 1000 "
+        "epochs, 50 trials of sets of 30: HOG VAE 0.50 vs GAN 0.90 (reversed, 2 SE "
+        "= 0.16); PCA VAE 0.50 vs GAN 0.50 (tie, 2 SE = 0.20)"
+    )
+
+
+def test_ch_6_1_4_reproduced_and_reversed_strings_and_the_cpu_scale_in_full():
+    def record(
+        test_only: float, train: float, both: float, members: int, epochs: int
+    ) -> dict[str, Any]:
+        rec = _mi_record([0.6], (0.13, 0.11), members=members, epochs=epochs)
+        rec["auxiliary"] = [
+            {  # a run without a delay entry is not one of the seed's
+                "setting": "generative",
+                "scenario": "train",
+                "final_accuracy": 0.99,
+                "baseline": 0.5,
+            },
+            _aux_row("discriminative", "test", test_only, 0.12, delay=1),
+            _aux_row("generative", "train", train, 0.08, delay=1),
+            _aux_row("generative", "train+test", both, 0.1, delay=1),
+        ]
+        return rec
+
+    thesis = record(0.15, 0.2, 0.2, 600, 400)
+    cpu = record(0.15, 0.2, 0.13, 100, 1000)  # 0.13 ties the plain black-box
+    records = {seed_claims.MI_THESIS: thesis, seed_claims.MI_CPU: cpu}
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.verdict == "reproduced"
+    assert finding.reason == (
+        "test-only knowledge useless, train knowledge helps; at 100 members x 1000 "
+        "epochs holds: test-only knowledge at chance; train-only knowledge beats "
+        "the plain black-box"
+    )
+    assert finding.fedleak == (
+        "disc. test-only 0.15 (chance 0.12); gen. train-only 0.20, train+test 0.20; "
+        "plain black-box 0.13; 100 members x 1000 epochs: disc. test-only 0.15 "
+        "(chance 0.12); gen. train-only 0.20, train+test 0.13; plain black-box 0.13"
+    )
+    records = {seed_claims.MI_THESIS: record(0.5, 0.13, 0.1, 600, 400)}
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.verdict == "not reproduced"
+    assert finding.reason == (
+        "reversed: test-only discriminative above chance, generative with training "
+        "knowledge not above the plain black-box"
+    )
+
+
+def test_fig_6_7_and_6_8_read_the_first_rows_baseline_and_cite_in_order():
+    thesis = _mi_record([0.6, 0.62], (0.2, 0.14))
+    thesis["white_box"][1]["baseline"] = 0.5
+    thesis["black_box"][1]["baseline"] = 0.5
+    wide = _mi_record([0.8], (0.1, 0.1), channels=(64, 128))
+    del thesis["device"]  # older records name no device: the CPU
+    records = {seed_claims.MI_THESIS: thesis, seed_claims.MI_THESIS_WIDE: wide}
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert "(chance 0.10)" in finding.fedleak
+    assert finding.verdict == "reproduced"  # 0.8 with the usual widths is enough
+    assert (
+        finding.scale == "400 GAN epochs, 600 members of a pool of 6000 (thesis, cpu)"
+    )
+    finding = assess(_claim("000 Fig. 6.8"), records)
+    assert finding.fedleak == (
+        "dcgan 0.20, vae 0.14 (chance 0.10); 64/128-channel DCGAN target: dcgan "
+        "0.10, vae 0.10 (white-box 0.80)"
+    )
+    assert finding.verdict == "partly"
+
+
+def _random_share(aucs: list[float], recall: list[float]) -> dict[str, Any]:
+    rec = _strength(0.5, aucs)
+    for row, r, words in zip(rec["rows"], recall, (11, 33, 114, 118), strict=True):
+        row["membership_recall"] = r
+        row["mean_bag_size"] = words
+    return rec
+
+
+def test_table_7_5_reason_gives_the_random_share_selection_last():
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    records["defenses-share-0.35"] = _strength(0.35, [0.695, 0.761, 0.785, 0.793])
+    records[seed_claims.RANDOM_SHARE] = _random_share(
+        [0.762, 0.851, 0.934, 0.904], [0.0, 0.05, 0.79, 1.0]
+    )
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == "not reproduced"  # the main record decides
+    assert finding.reason.endswith(
+        "(falls beyond 2 SE); the shared coordinates drawn at random, not the "
+        "largest (model acc 0.70-0.82): 0.904 at 100%, 0.934 at 0.1, 0.762 at "
+        "0.003 (falls beyond 2 SE); at 0.1 the update still shows 114 of 118 words "
+        "of a batch; membership recall 1.00 / 0.79 / 0.00 at 100% / 0.1 / 0.003"
+    )
+    # its own rounds' standard error: a fall of 0.03 at 480 rounds is flat
+    records[seed_claims.RANDOM_SHARE] = _random_share(
+        [0.874, 0.881, 0.934, 0.904], [0.0, 0.0, 0.79, 1.0]
+    )
+    assert "0.874 at 0.003 (flat within 2 SE); at 0.1" in (
+        assess(_claim("000 Table 7.5"), records).reason
+    )
+    # fewer than two shares or an unmeasured AUC: nothing is said of it
+    records[seed_claims.RANDOM_SHARE]["rows"][1]["property_auc"] = None
+    assert "at random" not in assess(_claim("000 Table 7.5"), records).reason
+    del records[seed_claims.RANDOM_SHARE]
+    assert assess(_claim("000 Table 7.5"), records).reason.endswith(
+        "0.695 at 0.003 (falls beyond 2 SE)"
+    )
+
+
+def test_the_random_share_record_is_not_read_as_a_strength():
+    records = _share([0.60, 0.62, 0.62, 0.63])
+    records[seed_claims.RANDOM_SHARE] = _random_share(
+        [0.762, 0.851, 0.934, 0.904], [0.0, 0.0, 0.79, 1.0]
+    )
+    reason = assess(_claim("000 Table 7.5"), records).reason
+    assert "stronger or weaker" not in reason
+    assert "home fraction" not in reason
+
+
+def test_committed_records_name_no_absolute_path():
+    """A record's provenance says how to rerun it, not where it once ran."""
+    for path in sorted(BENCHMARKS.glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        command = record.get("provenance", {}).get("command", "")
+        assert not re.search(r"(^|\s|=)/", command), (path.name, command)

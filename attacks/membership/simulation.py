@@ -33,6 +33,7 @@ import torch
 from fedleak.data.text import TextDataset
 from fedleak.defenses import (
     EMBEDDING_KEY,
+    SELECTION_WORD,
     ClientDefenses,
     clip_update,
     participant_level_epsilon,
@@ -299,6 +300,7 @@ def _train_and_observe(
     *,
     rounds: int,
     noise_rng: np.random.Generator,
+    selection_rng: np.random.Generator,
 ) -> dict[str, np.ndarray]:
     """Run ``rounds`` rounds; the adversary observes each; return the final model."""
     x_all, y_all = inputs
@@ -310,7 +312,11 @@ def _train_and_observe(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=torch_seed)))
             g_target = setup.defenses.gradient(
-                model, x_all[tb], y_all[tb], seed=int(noise_rng.integers(2**62))
+                model,
+                x_all[tb],
+                y_all[tb],
+                seed=int(noise_rng.integers(2**62)),
+                selection_seed=selection_rng,
             )
             ab = torch.from_numpy(parties.adversary.next())
             g_adv, _, _ = batch_gradient(model, x_all[ab], y_all[ab])
@@ -404,6 +410,7 @@ def simulate_membership(
         attack,
         rounds=rounds,
         noise_rng=np.random.default_rng(noise_seq),
+        selection_rng=np.random.default_rng([seed, SELECTION_WORD]),
     )
     set_arrays(model, params)
     x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))

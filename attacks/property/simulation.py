@@ -29,7 +29,7 @@ from fedleak.attacks.membership.simulation import (
 )
 
 from fedleak.data.text import TextDataset
-from fedleak.defenses import EMBEDDING_KEY
+from fedleak.defenses import EMBEDDING_KEY, SELECTION_WORD
 from fedleak.errors import ConfigError, DataError
 from fedleak.training import batch_gradient, set_arrays
 
@@ -127,7 +127,8 @@ class _PropertyRounds:
     """The two parties' batches and gradients, round by round (Alg. 7).
 
     Batches come from ``batch_rng``; the target's DP noise, torch's seed in a
-    round and the server's noise from ``noise_rng``. The auxiliary examples
+    round and the server's noise from ``noise_rng``; a random share
+    selection's coordinates from ``selection_rng``. The auxiliary examples
     the adversary computes (lines 6-9 of Alg. 7) accumulate in
     :attr:`aux_x` and :attr:`aux_y`.
     """
@@ -138,7 +139,7 @@ class _PropertyRounds:
         model: torch.nn.Module,
         setup: MembershipSetup,
         pools: dict[tuple[str, bool], np.ndarray],
-        rngs: tuple[np.random.Generator, np.random.Generator],
+        rngs: tuple[np.random.Generator, np.random.Generator, np.random.Generator],
         *,
         aux_batches: int,
         features: str,
@@ -148,7 +149,7 @@ class _PropertyRounds:
         self.model = model
         self.setup = setup
         self.pools = pools
-        self.batch_rng, self.noise_rng = rngs
+        self.batch_rng, self.noise_rng, self.selection_rng = rngs
         self.aux_batches = aux_batches
         self.features = features
         self.emulate_defenses = emulate_defenses
@@ -176,7 +177,11 @@ class _PropertyRounds:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self._noise_seed())
             g_target = self.setup.defenses.gradient(
-                self.model, self.x[tb], self.y[tb], seed=self._noise_seed()
+                self.model,
+                self.x[tb],
+                self.y[tb],
+                seed=self._noise_seed(),
+                selection_seed=self.selection_rng,
             )
             ab = self._pick("adversary", bool(self.batch_rng.integers(2)))
             g_adv, _, _ = batch_gradient(self.model, self.x[ab], self.y[ab])
@@ -190,7 +195,11 @@ class _PropertyRounds:
                 aux = self._pick("adversary", aux_prop)
                 if self.emulate_defenses:
                     g_aux = self.setup.defenses.gradient(
-                        self.model, self.x[aux], self.y[aux], seed=self._noise_seed()
+                        self.model,
+                        self.x[aux],
+                        self.y[aux],
+                        seed=self._noise_seed(),
+                        selection_seed=self.selection_rng,
                     )
                 else:
                     g_aux, _, _ = batch_gradient(self.model, self.x[aux], self.y[aux])
@@ -304,7 +313,7 @@ def simulate_property(
         model,
         setup,
         pools,
-        (rng, noise_rng),
+        (rng, noise_rng, np.random.default_rng([seed, SELECTION_WORD])),
         aux_batches=aux_batches,
         features=features,
         emulate_defenses=emulate_defenses,

@@ -42,7 +42,11 @@ Tables (seed figures for comparison in the JSON):
     ``setup.update_density`` is the measured share of non-zero coordinates
     of a batch's gradient; the embedding rows of the batch's words are its
     largest entries, so they survive every share down to a few percent
-    (``mean_bag_size`` per row: the words still visible).
+    (``mean_bag_size`` per row: the words still visible). With
+    ``--share-selection random`` the shared coordinates are drawn uniformly
+    instead (Shokri and Shmatikov's other criterion; the seed names neither),
+    so every word's row loses coordinates in proportion
+    (``benchmarks/defenses-random-share.json``).
 ``dropout`` (Table 7.7)
     dropout after the max-pool layer, p = 0.1 ... 0.9.
 ``participant_dp`` (Ch. 7.3.4)
@@ -67,7 +71,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, cast
 
 import numpy as np
 import torch
@@ -131,6 +135,12 @@ about 0.025 (the difference of two AUCs: 0.035)."""
 SHARE_FRACTIONS: Final = (0.003, 0.01, 0.03, 0.1, 0.5, 1.0)
 """Shares of Table 7.5: the seed's 10/50/100% and three smaller ones, where
 the top-k starts to cut the embedding rows of the batch's words."""
+
+ShareSelection = Literal["largest", "random"]
+
+SHARE_SELECTIONS: Final = ("largest", "random")
+"""Values of ``--share-selection``: Shokri and Shmatikov's two criteria for the
+shared coordinates (largest magnitude, or at random); the seed names neither."""
 
 DENSITY_BATCHES: Final = 20
 """Batches whose gradients give ``setup.update_density``."""
@@ -292,11 +302,21 @@ def _update_density(data: TextDataset, setup: MembershipSetup, seed: int) -> flo
     return float(np.median(shares))
 
 
-def _setup_for(table: str, setting: Any, base: MembershipSetup) -> MembershipSetup:
+def _setup_for(
+    table: str,
+    setting: Any,
+    base: MembershipSetup,
+    share_selection: ShareSelection = "largest",
+) -> MembershipSetup:
     if table == "vocabulary":
         return replace(base, defenses=ClientDefenses(vocab_top_n=setting))
     if table == "share_fraction":
-        return replace(base, defenses=ClientDefenses(share_fraction=setting))
+        # sharing everything selects nothing: one setup (and one run) for both
+        selection = share_selection if setting < 1.0 else "largest"
+        return replace(
+            base,
+            defenses=ClientDefenses(share_fraction=setting, share_selection=selection),
+        )
     if table == "dropout":
         return replace(base, dropout=setting)
     if table == "participant_dp":
@@ -346,6 +366,7 @@ def run_defenses_bench(
     quick: bool = False,
     seed: int = 0,
     home_fraction: float = HOME_FRACTION,
+    share_selection: str = "largest",
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Run the defense tables and write the JSON report (and a PNG) atomically.
@@ -369,6 +390,9 @@ def run_defenses_bench(
     home_fraction : float, default=HOME_FRACTION
         Share of a user's check-ins drawn in the home area, in (0, 1]: the
         strength of the "top region" property (:data:`HOME_FRACTION`).
+    share_selection : {"largest", "random"}, default="largest"
+        Which coordinates Table 7.5's shares keep
+        (:attr:`fedleak.defenses.ClientDefenses.share_selection`).
     progress : callable, optional
         Receives one line per row.
     """
@@ -379,13 +403,27 @@ def run_defenses_bench(
         )
     if not 0.0 < home_fraction <= 1.0:
         raise ConfigError(f"home_fraction must be in (0, 1], got {home_fraction}")
+    if share_selection not in SHARE_SELECTIONS:
+        raise ConfigError(
+            f"share_selection must be one of {list(SHARE_SELECTIONS)}, "
+            f"got {share_selection!r}"
+        )
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
     record = BenchRecord("defenses", record_path(out, make_folder=True))
     started = time.perf_counter()
     logging.getLogger().addFilter(_quiet_accountant)
     try:
-        return _run(record, tables, quick, seed, home_fraction, say, started)
+        return _run(
+            record,
+            tables,
+            quick,
+            seed,
+            home_fraction,
+            say,
+            started,
+            cast(ShareSelection, share_selection),
+        )
     finally:
         logging.getLogger().removeFilter(_quiet_accountant)
 
@@ -404,6 +442,7 @@ def _header(
     seed: int,
     property_rounds: int,
     home_fraction: float,
+    share_selection: ShareSelection,
 ) -> dict[str, Any]:
     """Return the record's entries other than its rows."""
     return {
@@ -421,6 +460,7 @@ def _header(
             "update_density": _update_density(data, base, seed),
             "property_aux_batches": AUX_BATCHES,
             "home_fraction": home_fraction,
+            "share_selection": share_selection,
             "num_train": int(data.x_train.shape[0]),
             "num_test": int(data.x_test.shape[0]),
             "vocab_size": data.vocab_size,
@@ -457,6 +497,7 @@ def _run(
     home_fraction: float,
     say: ProgressFn,
     started: float,
+    share_selection: ShareSelection,
 ) -> dict[str, Any]:
     """Measure every row; the record is rewritten after each (a crash keeps them)."""
     data, top_region = _dataset(quick, seed, home_fraction)
@@ -478,12 +519,13 @@ def _run(
             seed=seed,
             property_rounds=property_rounds,
             home_fraction=home_fraction,
+            share_selection=share_selection,
         )
     )
     done: dict[MembershipSetup, dict[str, Any]] = {}
     for table in tables:
         for setting in _settings(quick, data.vocab_size)[table]:
-            setup = _setup_for(table, setting, base)
+            setup = _setup_for(table, setting, base, share_selection)
             if setup in done:  # e.g. no vocabulary limit = sharing 100%
                 first = done[setup]
                 row = {
@@ -532,6 +574,14 @@ def command(
             "the strength of the top-region property.",
         ),
     ] = HOME_FRACTION,
+    share_selection: Annotated[
+        str,
+        typer.Option(
+            "--share-selection",
+            help="Which coordinates Table 7.5's shares keep: largest (by "
+            "magnitude) or random.",
+        ),
+    ] = "largest",
 ) -> None:
     """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
 
@@ -544,6 +594,7 @@ def command(
         quick=quick,
         seed=seed,
         home_fraction=home_fraction,
+        share_selection=share_selection,
         progress=say,
     )
     table = Table(
