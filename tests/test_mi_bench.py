@@ -179,6 +179,7 @@ def test_scales_are_named_and_checked_before_any_work(tmp_path: Path) -> None:
         ("mi-generative-fashion-mnist", "cpu"),
         ("mi-generative-fashion-mnist-thesis", "thesis"),
         ("mi-generative-fashion-mnist-thesis-wide", "thesis-wide"),
+        ("mi-generative-fashion-mnist-thesis-wide-aux", "thesis-wide"),
     ],
 )
 def test_landed_records_hold_their_named_scales_settings(

@@ -1551,3 +1551,45 @@ def test_committed_records_name_no_absolute_path():
         record = json.loads(path.read_text(encoding="utf-8"))
         command = record.get("provenance", {}).get("command", "")
         assert not re.search(r"(^|\s|=)/", command), (path.name, command)
+
+
+def test_the_wide_targets_auxiliary_run_is_cited_not_judged():
+    thesis = _mi_record([0.6], (0.13, 0.11))
+    thesis["auxiliary"] = [
+        _aux_row("discriminative", "test", 0.18, 0.12),
+        _aux_row("generative", "train", 0.10, 0.08),
+        _aux_row("generative", "train+test", 0.13, 0.1),
+    ]
+    wide = _mi_record([0.91], (0.1, 0.1), channels=(64, 128))
+    del wide["black_box"]  # its own run: no plain black-box attack to compare
+    wide["auxiliary"] = [
+        _aux_row("discriminative", "test", 0.156, 0.12),  # <= 1.3 x chance
+        _aux_row("generative", "train", 0.11, 0.08),
+        _aux_row("generative", "train+test", 0.12, 0.1),
+    ]
+    records = {seed_claims.MI_THESIS: thesis, seed_claims.MI_THESIS_WIDE_AUX: wide}
+    finding = assess(_claim("000 Figs. 6.9-6.11"), records)
+    assert finding.verdict == "not reproduced"  # the seed-scale record decides
+    assert finding.fedleak == (
+        "disc. test-only 0.18 (chance 0.12); gen. train-only 0.10, train+test "
+        "0.13; plain black-box 0.13; 64/128-channel target (white-box 0.91): "
+        "disc. test-only 0.16 (chance 0.12); gen. train-only 0.11, train+test 0.12"
+    )
+    assert finding.reason == (
+        "reversed: test-only discriminative above chance, generative with training "
+        "knowledge not above the plain black-box; with the 64/128-channel target "
+        "test-only knowledge is at chance"
+    )
+    wide["auxiliary"][0] = _aux_row("discriminative", "test", 0.16, 0.12)
+    assert assess(_claim("000 Figs. 6.9-6.11"), records).reason.endswith(
+        "test-only knowledge is above chance"
+    )
+    # Fig. 6.7 cites the wide run's white-box as a second run of the settings
+    records[seed_claims.MI_THESIS_WIDE] = _mi_record(
+        [0.85], (0.1, 0.1), channels=(64, 128)
+    )
+    finding = assess(_claim("000 Fig. 6.7"), records)
+    assert (
+        "0.85 (64/128 channels; 0.91 in a second run of the same settings and seed)"
+        in finding.fedleak
+    )
