@@ -1477,3 +1477,43 @@ def test_a_diverging_simulation_names_the_round(marker_task, monkeypatch):
     monkeypatch.setattr(sim, "server_step", diverge_third)
     with pytest.raises(DataError, match=r"^the joint model diverged in round 3 "):
         sim.simulate_property(data, flags, _setup(), rounds=5, seed=0)
+
+
+def test_a_random_share_selection_changes_no_other_draw(marker_task, monkeypatch):
+    """The random choice has its own stream: the batches, the adversary's coins
+    and the noise seeds of a run are those of the largest-magnitude choice."""
+    data, flags = marker_task
+    picks: dict[str, list[list[int]]] = {"largest": [], "random": []}
+    pick = sim._PropertyRounds._pick
+    current: list[str] = []
+
+    def spy(self: Any, role: str, prop: bool) -> torch.Tensor:
+        chosen = pick(self, role, prop)
+        picks[current[0]].append([role == "target", prop, *chosen.tolist()])
+        return chosen
+
+    monkeypatch.setattr(sim._PropertyRounds, "_pick", spy)
+    seeds = sim._PropertyRounds._noise_seed
+    noise: dict[str, list[int]] = {"largest": [], "random": []}
+
+    def spy_noise(self: Any) -> int:
+        drawn = seeds(self)
+        noise[current[0]].append(drawn)
+        return drawn
+
+    monkeypatch.setattr(sim._PropertyRounds, "_noise_seed", spy_noise)
+    for selection in ("largest", "random"):
+        current[:] = [selection]
+        defenses = ClientDefenses(share_fraction=0.3, share_selection=selection)
+        sim.simulate_property(
+            data,
+            flags,
+            _setup(defenses=defenses),
+            rounds=6,
+            seed=3,
+            aux_batches=1,
+            emulate_defenses=True,
+        )
+    assert picks["largest"] == picks["random"]
+    assert noise["largest"] == noise["random"]
+    assert len(picks["largest"]) > 6
