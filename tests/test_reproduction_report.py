@@ -1593,3 +1593,52 @@ def test_the_wide_targets_auxiliary_run_is_cited_not_judged():
         "0.85 (64/128 channels; 0.91 in a second run of the same settings and seed)"
         in finding.fedleak
     )
+
+
+def test_fig_6_8_reason_reads_how_near_the_gans_samples_lie_to_its_members():
+    thesis = _mi_record([0.6], (0.12, 0.12))
+    thesis["monte_carlo"] = {
+        "rows": [
+            {
+                "model": "gan",
+                "distance": "pca",
+                "heuristic": "median",
+                "single_accuracy": 0.517,
+            },
+            {
+                "model": "gan",
+                "distance": "hog",
+                "heuristic": "median",
+                "single_accuracy": 0.49,
+            },
+            # other models and heuristics are not the black-box attacker's data
+            {
+                "model": "vae",
+                "distance": "pca",
+                "heuristic": "median",
+                "single_accuracy": 0.9,
+            },
+            {
+                "model": "gan",
+                "distance": "pca",
+                "heuristic": "0.01%",
+                "single_accuracy": 0.8,
+            },
+        ]
+    }
+    finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: thesis})
+    assert finding.reason == (
+        "black-box within 1.3x chance at the seed's scale, although the white-box "
+        "attack on the same targets reaches 0.60; the DCGAN's samples lie barely "
+        "nearer its members than other records (Monte Carlo single-record accuracy "
+        "at most 0.52 over the distances, chance 0.50)"
+    )
+    thesis["monte_carlo"]["rows"] = thesis["monte_carlo"]["rows"][2:3]  # no GAN row
+    assert (
+        "Monte Carlo"
+        not in assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: thesis}).reason
+    )
+    high = _mi_record([0.99], (0.4, 0.5))
+    high["monte_carlo"] = {"rows": thesis["monte_carlo"]["rows"]}
+    finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: high})
+    assert finding.reason == "black-box accuracy of the seed's size (0.38-0.63)"
