@@ -146,9 +146,10 @@ DENSITY_BATCHES: Final = 20
 """Batches whose gradients give ``setup.update_density``."""
 
 PROPERTY_FEATURES: Final = "embedding"
-"""Features of the property classifier: the seed's global max pooling of every
-layer's observed update with a random forest (seed 000 Ch. 7.1.4;
-:data:`fedleak.attacks.property.simulation.FEATURES`). The bag of words of the
+"""Features of the property classifier: the seed's classifier for attacks on
+embedding-layer updates (seed 000 Ch. 7.1.4), the size of every word row's
+update, max-pooled per row, with a logistic regression
+(:data:`fedleak.attacks.property.simulation.FEATURES`). The bag of words of the
 embedding update alone ignores magnitudes, which made Table 7.5 flat and
 record-level DP look like it defeats property inference (every row moves
 under DP noise, so the bag is constant)."""
