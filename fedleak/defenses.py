@@ -123,14 +123,7 @@ def share_top_fraction(
     k = math.ceil(fraction * flat.size)
     keep = np.zeros(flat.size, dtype=bool)
     keep[np.argpartition(-flat, k - 1)[:k]] = True
-    out: dict[str, np.ndarray] = {}
-    start = 0
-    for name in names:
-        value = np.asarray(update[name])
-        mask = keep[start : start + value.size].reshape(value.shape)
-        out[name] = np.where(mask, value, np.zeros_like(value))
-        start += value.size
-    return out
+    return _keep_coordinates(update, keep)
 
 
 def restrict_inputs(ids: torch.Tensor, top_n: int) -> torch.Tensor:
@@ -395,6 +388,24 @@ def participant_level_epsilon(
     return sgm_epsilon(sampled_clients / total_clients, noise_multiplier, rounds, delta)
 
 
+def _keep_coordinates(
+    update: Mapping[str, np.ndarray], keep: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Zero every coordinate of ``update`` that the flat mask ``keep`` drops.
+
+    ``keep`` runs over the arrays' coordinates in the mapping's order, each
+    array flattened; the arrays keep their shapes and dtypes.
+    """
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for name, raw in update.items():
+        value = np.asarray(raw)
+        mask = keep[start : start + value.size].reshape(value.shape)
+        out[name] = np.where(mask, value, np.zeros_like(value))
+        start += value.size
+    return out
+
+
 def _check_share_fraction(fraction: float) -> None:
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"share fraction must lie in (0, 1], got {fraction}")
@@ -440,19 +451,11 @@ def share_random_fraction(
         return {k: np.array(v, copy=True) for k, v in update.items()}
     if seed is None:
         raise ConfigError("a random share selection needs a seed or a generator")
-    sizes = [np.asarray(update[k]).size for k in names]
-    total = sum(sizes)
+    total = sum(np.asarray(update[name]).size for name in names)
     k = math.ceil(fraction * total)
     keep = np.zeros(total, dtype=bool)
     keep[check_rng(seed).choice(total, size=k, replace=False)] = True
-    out: dict[str, np.ndarray] = {}
-    start = 0
-    for name, size in zip(names, sizes, strict=True):
-        value = np.asarray(update[name])
-        mask = keep[start : start + size].reshape(value.shape)
-        out[name] = np.where(mask, value, np.zeros_like(value))
-        start += size
-    return out
+    return _keep_coordinates(update, keep)
 
 
 class ClientDefenses(SettingsModel):

@@ -1379,20 +1379,28 @@ MI_CPU: Final = "mi-generative-fashion-mnist"
 """Ch. 6 at CPU scale (100 members, 1,000 epochs), cited beside the verdict."""
 
 
+def _members(rec: Mapping[str, Any]) -> int:
+    s = rec["settings"]
+    return round(float(s["pool_size"]) * float(s["member_fraction"]))
+
+
 def _mi_scale(rec: Mapping[str, Any]) -> str:
     s = rec["settings"]
-    members = round(s["pool_size"] * s["member_fraction"])
     return (
-        f"{s['target_epochs']} GAN epochs, {members} members of a pool of "
+        f"{s['target_epochs']} GAN epochs, {_members(rec)} members of a pool of "
         f"{s['pool_size']} ({rec['scale']}, {rec.get('device', 'cpu')})"
     )
 
 
 def _mi_size(rec: Mapping[str, Any]) -> str:
     """Say how much a record's targets trained: ``"600 members x 400 epochs"``."""
+    return f"{_members(rec)} members x {rec['settings']['target_epochs']} epochs"
+
+
+def _channels(rec: Mapping[str, Any]) -> str:
+    """Return the DCGAN's generator / discriminator widths, ``"32/64"``."""
     s = rec["settings"]
-    members = round(s["pool_size"] * s["member_fraction"])
-    return f"{members} members x {s['target_epochs']} epochs"
+    return f"{s['gan_generator_channels']}/{s['gan_discriminator_channels']}"
 
 
 def _white_box_finals(rec: Mapping[str, Any]) -> list[float]:
@@ -1413,19 +1421,13 @@ def _fig_6_7(records: Records) -> Finding:
     rec = records[MI_THESIS]
     finals = _white_box_finals(rec)
     base = float(rec["white_box"][0]["baseline"])
-    widths = (
-        f"{rec['settings']['gan_generator_channels']}/"
-        f"{rec['settings']['gan_discriminator_channels']}"
-    )
+    widths = _channels(rec)
     figures = [f"{_series(finals, 2)} ({widths} channels)"]
     reached = [min(finals) >= 0.8]
     wide = records.get(MI_THESIS_WIDE)
     if wide is not None:
         wide_finals = _white_box_finals(wide)
-        wide_widths = (
-            f"{wide['settings']['gan_generator_channels']}/"
-            f"{wide['settings']['gan_discriminator_channels']}"
-        )
+        wide_widths = _channels(wide)
         again = records.get(MI_THESIS_WIDE_AUX)
         rerun = (
             ""
