@@ -211,7 +211,7 @@ def local_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def serve(
-    messages: list[Message], backend: Backend, limit: int
+    messages: list[Message], backend: Backend, limit: int, *, channels: bool = False
 ) -> tuple[dict[int, Message], dict[int, Store], Metrics]:
     """Run one worker until every message has its reply."""
     stores = {m.metadata.dst_node_id: Store(m.metadata.dst_node_id) for m in messages}
@@ -222,7 +222,7 @@ def serve(
     worker = threading.Thread(
         target=serve_messages,
         args=(inbox, outbox, stores, backend, stop, metrics),
-        kwargs={"limit": lambda: limit},
+        kwargs={"limit": lambda: limit, "channels": lambda: channels},
     )
     worker.start()
     time.sleep(3 * actor_batches._QUEUE_WAIT_S)  # an idle worker keeps waiting

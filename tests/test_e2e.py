@@ -74,16 +74,21 @@ def test_same_seed_same_numbers(tmp_path):
     [pytest.param("sync-sgd", marks=pytest.mark.in_default_run), "model-averaging"],
 )
 def test_the_fast_engine_changes_no_result(tmp_path, strategy):
-    """Same seed, same numbers with fedleak's engine (batched or one message per
-    actor call) and with Flower's polling."""
+    """Same seed, same numbers with fedleak's engine (batches through actor
+    channels or Ray calls, or one message per actor call) and with Flower's
+    polling."""
     fast = run(tiny(strategy, rounds=3), tmp_path / "fast")
+    calls = run(
+        tiny(strategy, rounds=3, federation={"actor_channels": False}),
+        tmp_path / "calls",
+    )
     single = run(
         tiny(strategy, rounds=3, federation={"actor_batch": 1}), tmp_path / "single"
     )
     slow = run(
         tiny(strategy, rounds=3, federation={"engine": "flower"}), tmp_path / "slow"
     )
-    for other, folder in ((single, "single"), (slow, "slow")):
+    for other, folder in ((calls, "calls"), (single, "single"), (slow, "slow")):
         assert fast["rounds"] == other["rounds"], folder
         assert fast["final"] == other["final"], folder
         fast_model = np.load(tmp_path / "fast" / "model.npz")
@@ -91,17 +96,21 @@ def test_the_fast_engine_changes_no_result(tmp_path, strategy):
         for name in fast_model:
             assert np.array_equal(fast_model[name], other_model[name]), name
     assert single["timing"]["engine"]["actor_batch"] == 1
+    assert single["timing"]["engine"]["actor_channels"] is False  # nothing to batch
+    assert calls["timing"]["engine"]["actor_channels"] is False
     assert fast["timing"]["engine"] == {
         "engine": "fedleak",
         "poll_interval": 0.002,
         "wake_ups": True,
         "actor_batch": 16,
+        "actor_channels": True,
     }
     assert slow["timing"]["engine"] == {
         "engine": "flower",
         "poll_interval": 0.1,
         "wake_ups": False,
         "actor_batch": 1,
+        "actor_channels": False,
     }
 
 

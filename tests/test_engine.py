@@ -184,6 +184,28 @@ def test_fast_engine_swaps_flowers_functions_for_the_block_only():
     assert not engine.engine_active()
 
 
+def test_actor_channels_are_in_use_only_where_every_block_asks_and_batches():
+    assert not engine.actor_channels_in_use()  # outside any block: Flower's calls
+    with fast_engine(0.01):
+        assert engine.actor_channels_in_use()
+        with fast_engine(0.01, actor_channels=False):  # one block says no
+            assert not engine.actor_channels_in_use()
+        assert engine.actor_channels_in_use()
+        with fast_engine(0.01, actor_batch=1):  # one message per call: no batches
+            assert not engine.actor_channels_in_use()
+        assert engine.actor_channels_in_use()
+    with fast_engine(0.01, actor_channels=False):
+        assert not engine.actor_channels_in_use()
+    assert not engine.actor_channels_in_use()
+
+
+def test_flowers_worker_is_swapped_for_one_that_asks_about_channels():
+    assert engine._worker.keywords == {
+        "limit": engine.actor_batch_in_use,
+        "channels": engine.actor_channels_in_use,
+    }
+
+
 def test_fast_engine_keeps_flowers_polling_when_its_internals_differ(monkeypatch):
     def different(state, queue):  # type: ignore[no-untyped-def]
         pass

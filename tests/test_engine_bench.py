@@ -44,6 +44,10 @@ def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
     assert experiment["flower_vs_fedleak"] == pytest.approx(
         flower["median_round_s"] / fedleak["median_round_s"]
     )
+    assert experiment["fedleak_vs_serial"] == pytest.approx(
+        fedleak["median_round_s"] / essential["median_serial_round_s"]
+    )
+    assert fedleak["engine"]["actor_channels"] is True
     # spreading the clients over the actors can only shorten the round
     assert 1 <= experiment["actors"] <= experiment["num_clients"]
     assert essential["median_round_s"] <= essential["median_serial_round_s"]
@@ -57,6 +61,7 @@ def test_the_peer_runs_flowers_polling_and_pays_at_least_one_poll_a_round(record
         "poll_interval": FLOWER_POLL_INTERVAL,
         "wake_ups": False,
         "actor_batch": 1,
+        "actor_channels": False,
     }
     assert experiment["fedleak"]["engine"]["wake_ups"] is True
     assert experiment["fedleak"]["engine"]["actor_batch"] == 16

@@ -21,6 +21,7 @@ def test_the_strategies_run_on_fedleaks_engine_and_the_record_says_so(tmp_path):
         "poll_interval": DEFAULT_POLL_INTERVAL,
         "wake_ups": True,
         "actor_batch": DEFAULT_ACTOR_BATCH,
+        "actor_channels": True,
     }
     assert set(record["strategies"]) == {"sync-sgd", "model-averaging", "fedavg"}
     for name, stats in record["strategies"].items():

@@ -38,8 +38,10 @@ start-up, the one-off partition-id query and key setup). A full run repeats
 the two simulations in two blocks in swapped order so that drift of the
 machine spreads over both. The record gives each way's median round and its
 medians per component (the ``timing`` rows of ``results.json``), the ratios
-``fedleak / essential`` and ``flower / fedleak``, and whether the three ways
-produced the same numbers (they must: same seed, same results).
+``fedleak / essential``, ``flower / fedleak`` and ``fedleak / serial`` (the
+in-process round as it ran, one client after another: the compute the round
+contains without the parallel split), and whether the three ways produced
+the same numbers (they must: same seed, same results).
 """
 
 from __future__ import annotations
@@ -308,7 +310,11 @@ def _simulate_secure(config: ExperimentConfig, fast: bool, verbose: bool) -> Any
             outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
 
     engine: AbstractContextManager[bool] = (
-        fast_engine(config.federation.poll_interval, config.federation.actor_batch)
+        fast_engine(
+            config.federation.poll_interval,
+            config.federation.actor_batch,
+            config.federation.actor_channels,
+        )
         if fast
         else nullcontext(False)
     )
@@ -417,6 +423,8 @@ def _experiment(
         "flower": arms["flower"],
         "fedleak_vs_essential": arms["fedleak"]["median_round_s"]
         / essential["median_round_s"],
+        "fedleak_vs_serial": arms["fedleak"]["median_round_s"]
+        / essential["median_serial_round_s"],
         "flower_vs_fedleak": arms["flower"]["median_round_s"]
         / arms["fedleak"]["median_round_s"],
         "same_results": all(o["digest"] == outcomes[0]["digest"] for o in outcomes),
@@ -453,7 +461,9 @@ def run_engine_bench(
         The JSON record (written atomically).
     quick : bool, default=False
         One block of 30 quickstart and 8 secure rounds per way (a full run:
-        two blocks of 150 and 30).
+        two blocks of 150 and 60; a secure run's start-up takes longer than
+        its rounds on fedleak's engine, and 30 rounds gave medians that moved
+        by a quarter between runs).
     rounds, secure_rounds : int, optional
         Rounds per run of each experiment (overrides ``quick``'s choice).
     verbose : bool, default=False
@@ -468,7 +478,7 @@ def run_engine_bench(
     """
     blocks = 1 if quick else 2
     rounds = rounds or (30 if quick else 150)
-    secure_rounds = secure_rounds or (8 if quick else 30)
+    secure_rounds = secure_rounds or (8 if quick else 60)
     if rounds < 2 or secure_rounds < 2:
         raise fedleak.ConfigError("rounds must be >= 2 (the first round is left out)")
     say = progress or (lambda line: None)
@@ -553,7 +563,7 @@ def command(
         int | None, typer.Option(help="Quickstart rounds per run (default 150).")
     ] = None,
     secure_rounds: Annotated[
-        int | None, typer.Option(help="Secure rounds per run (default 30).")
+        int | None, typer.Option(help="Secure rounds per run (default 60).")
     ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show Flower's and Ray's logs.")

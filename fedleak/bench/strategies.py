@@ -50,6 +50,7 @@ from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     actor_batch_in_use,
+    actor_channels_in_use,
     engine_active,
     fast_engine,
     simulation_backend_config,
@@ -155,6 +156,7 @@ def _timing_server_app(
         engine_used["poll_interval"] = grid.poll_interval
         engine_used["wake_ups"] = grid.in_memory and engine_active()
         engine_used["actor_batch"] = actor_batch_in_use()
+        engine_used["actor_channels"] = actor_channels_in_use()
         arrays = initial_arrays(config)
         for block in range(blocks):
             order = names[block % len(names) :] + names[: block % len(names)]
@@ -182,7 +184,11 @@ def _simulate(server_app: ServerApp, config: ExperimentConfig, verbose: bool) ->
 
     fast = config.federation.engine == "fedleak"
     running: AbstractContextManager[bool] = (
-        fast_engine(config.federation.poll_interval, config.federation.actor_batch)
+        fast_engine(
+            config.federation.poll_interval,
+            config.federation.actor_batch,
+            config.federation.actor_channels,
+        )
         if fast
         else nullcontext(False)
     )

@@ -131,7 +131,11 @@ def main(grid: Grid, context: Context) -> None:
     recorder = RunRecorder(config, run_dir)
     federation = config.federation
     engine: AbstractContextManager[bool] = (
-        fast_engine(federation.poll_interval, federation.actor_batch)
+        fast_engine(
+            federation.poll_interval,
+            federation.actor_batch,
+            federation.actor_channels,
+        )
         if federation.engine == "fedleak"
         else nullcontext(False)
     )

@@ -49,7 +49,8 @@ place, so a reader never sees a half-written file.
                              "evaluate_blocked_s": float, "server_s": float}],
                  "median_after_first": {...medians of the keys above...},
                  "engine": {"engine": str, "poll_interval": float,
-                            "wake_ups": bool, "actor_batch": int}}
+                            "wake_ups": bool, "actor_batch": int,
+                            "actor_channels": bool}}
     }
 
 A round's ``wall_s`` runs from the end of the previous round to the end of

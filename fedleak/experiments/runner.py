@@ -170,7 +170,11 @@ def simulate(
         verbose=verbose,
     )
     engine: AbstractContextManager[bool] = (
-        fast_engine(federation.poll_interval, federation.actor_batch)
+        fast_engine(
+            federation.poll_interval,
+            federation.actor_batch,
+            federation.actor_channels,
+        )
         if fast
         else nullcontext(False)
     )

@@ -52,6 +52,7 @@ from fedleak.runtime.engine import (
     EngineGrid,
     StoppableGrid,
     actor_batch_in_use,
+    actor_channels_in_use,
     engine_active,
 )
 from fedleak.runtime.lifecycle import RunControl, RunStopped
@@ -245,6 +246,7 @@ class RunRecorder:
             "poll_interval": grid.poll_interval,
             "wake_ups": grid.in_memory and engine_active(),
             "actor_batch": actor_batch_in_use(),
+            "actor_channels": actor_channels_in_use(),
         }
 
     def _test_set(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Callable
 from logging import ERROR
 from queue import Empty, Queue
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import uuid4
 
 from flwr.app import Context, Message
@@ -52,6 +52,9 @@ from flwr.app.error import Error
 from flwr.clientapp.client_app import ClientAppException, LoadClientAppError
 from flwr.common import log
 from flwr.common.constant import ErrorCode
+
+if TYPE_CHECKING:
+    from .actor_channels import ActorChannel, ChannelSet
 
 __all__ = [
     "BATCH_BELOW_S",
@@ -61,6 +64,7 @@ __all__ = [
     "ClientError",
     "DEFAULT_ACTOR_BATCH",
     "Pace",
+    "PerBackend",
     "batch_size",
     "can_batch",
     "pace_of",
@@ -85,6 +89,7 @@ A call costs the server about 1-3 ms on 2 shared cores; at 20 ms a
 message that is at most a tenth of the work it carries, and a batch of
 heavier messages would only unbalance the actors."""
 
+_T = TypeVar("_T")
 _PACE_WEIGHT = 0.3  # weight of the newest batch in the running mean
 _QUEUE_WAIT_S = 1.0  # as Flower's worker: how often an idle worker sees f_stop
 
@@ -159,18 +164,36 @@ class Pace:
                 self.per_message_s += _PACE_WEIGHT * (each - self.per_message_s)
 
 
-_PACES: weakref.WeakKeyDictionary[Any, Pace] = weakref.WeakKeyDictionary()
-_PACES_LOCK = threading.Lock()
+class PerBackend(Generic[_T]):
+    """One object per backend, made on first use, dropped with the backend.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(backend)`` returns the backend's object.
+    """
+
+    def __init__(self, make: Callable[[Any], _T]) -> None:
+        self._make = make
+        self._objects: weakref.WeakKeyDictionary[Any, _T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __call__(self, backend: Any) -> _T:
+        """Return ``backend``'s object, making it on first use."""
+        with self._lock:
+            made = self._objects.get(backend)
+            if made is None:
+                made = self._make(backend)
+                self._objects[backend] = made
+            return made
+
+
+_PACES = PerBackend(lambda backend: Pace(int(getattr(backend, "num_workers", 1))))
 
 
 def pace_of(backend: Any) -> Pace:
     """Return the :class:`Pace` the workers of ``backend`` share."""
-    with _PACES_LOCK:
-        pace = _PACES.get(backend)
-        if pace is None:
-            pace = Pace(int(getattr(backend, "num_workers", 1)))
-            _PACES[backend] = pace
-        return pace
+    return _PACES(backend)
 
 
 def can_batch(backend: Any) -> bool:
@@ -377,8 +400,33 @@ def _process_one(message: Message, backend: Any, delivery: _Delivery) -> None:
         delivery.runtime(time.perf_counter() - started)
 
 
+class _Sent:
+    """A batch written to an actor's channel: the pool's key for the call."""
+
+    def __init__(self, channel: ActorChannel) -> None:
+        self.channel = channel
+
+
+def _submit(
+    actor: Any, app_fn: Any, payload: Batch, channels: ChannelSet | None
+) -> Any:
+    """Start a batch on ``actor``: through its channel, else a Ray call."""
+    from .actor_channels import ChannelBroken
+
+    channel = None if channels is None else channels.channel(actor, app_fn)
+    if channel is not None:
+        try:
+            channel.send(payload)
+            return _Sent(channel)
+        except ChannelBroken:  # its actor likely died: Ray's call reports it
+            pass
+    return actor.__ray_call__.remote(run_jobs, app_fn, payload)
+
+
 def _fetch(ref: Any) -> Batch:
-    """``ray.get`` of a call's outcomes."""
+    """Return a call's outcomes: from its channel, else with ``ray.get``."""
+    if isinstance(ref, _Sent):
+        return ref.channel.receive()
     import ray
 
     outcomes: Batch = ray.get(ref)
@@ -391,14 +439,17 @@ def _run_batch(
     backend: Any,
     delivery: _Delivery,
     pace: Pace,
+    channels: ChannelSet | None = None,
 ) -> None:
     """Run ``batch`` in one call on an idle actor; deliver each reply.
 
-    The call is released in ``pace`` once the actor is back in the pool.
+    The call goes through the actor's channel where ``channels`` has one
+    (:mod:`~fedleak.runtime.actor_channels`), else through Ray. It is
+    released in ``pace`` once the actor is back in the pool.
     """
 
     def submit(actor: Any, app_fn: Any, payload: Any, _cid: Any, _ctx: Any) -> Any:
-        return actor.__ray_call__.remote(run_jobs, app_fn, payload)
+        return _submit(actor, app_fn, payload, channels)
 
     pool = backend.pool
     started = time.perf_counter()
@@ -445,6 +496,7 @@ def serve_messages(
     metrics: Any,
     *,
     limit: Callable[[], int],
+    channels: Callable[[], bool] = lambda: False,
 ) -> None:
     """Flower's ``vce_api.worker``, running several messages per actor call.
 
@@ -455,8 +507,39 @@ def serve_messages(
     limit : callable
         Returns the most messages the next call may carry; 1 (or a backend
         other than Flower's Ray backend) runs Flower's own one-message call.
+    channels : callable
+        Returns whether batches go through same-node actor channels
+        (:mod:`~fedleak.runtime.actor_channels`); asked once, at the start.
     """
-    delivery = _Delivery(messageres_queue, node_info_store, metrics)
+    channel_set = None
+    if channels() and can_batch(backend):
+        from .actor_channels import channels_of
+
+        channel_set = channels_of(backend)
+        channel_set.enter()
+    try:
+        _serve(
+            messageins_queue,
+            backend,
+            f_stop,
+            limit,
+            channel_set,
+            _Delivery(messageres_queue, node_info_store, metrics),
+        )
+    finally:
+        if channel_set is not None:
+            channel_set.leave()
+
+
+def _serve(
+    messageins_queue: Queue[Message],
+    backend: Any,
+    f_stop: Any,
+    limit: Callable[[], int],
+    channel_set: ChannelSet | None,
+    delivery: _Delivery,
+) -> None:
+    """:func:`serve_messages`' loop."""
     held: Message | None = None
     while not f_stop.is_set():
         if held is None:
@@ -479,7 +562,7 @@ def serve_messages(
             pace.release()
             delivery.error(first, _error_code(ex), _reason(ex), ex, _trace())
             continue
-        _run_batch(batch, payload, backend, delivery, pace)
+        _run_batch(batch, payload, backend, delivery, pace, channel_set)
 
 
 def take_batch(

@@ -71,6 +71,7 @@ __all__ = [
     "EngineGrid",
     "Exchange",
     "actor_batch_in_use",
+    "actor_channels_in_use",
     "engine_active",
     "fast_engine",
     "install_engine",
@@ -210,6 +211,7 @@ class _EngineState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     active: list[float] = field(default_factory=list)  # poll intervals in use
     batches: list[int] = field(default_factory=list)  # actor_batch of each block
+    channels: list[bool] = field(default_factory=list)  # actor_channels of each block
     originals: dict[str, Callable[..., None]] = field(default_factory=dict)
     pushed: threading.Event = field(default_factory=threading.Event)
     pushing: int = 0  # EngineGrid pushes in progress (they wake once, at the end)
@@ -323,8 +325,21 @@ def actor_batch_in_use() -> int:
     return min(batches) if batches else 1
 
 
+def actor_channels_in_use() -> bool:
+    """Return whether batches go through actor channels now.
+
+    True inside :func:`fast_engine` blocks that all ask for channels, while
+    messages are batched (``actor_batch > 1``; one message per call is
+    Flower's own Ray call).
+    """
+    channels = list(_ENGINE.channels)
+    return bool(channels) and all(channels) and actor_batch_in_use() > 1
+
+
 # Flower's ``worker``; inside :func:`fast_engine` several messages per call
-_worker = functools.partial(serve_messages, limit=actor_batch_in_use)
+_worker = functools.partial(
+    serve_messages, limit=actor_batch_in_use, channels=actor_channels_in_use
+)
 
 
 def _vce_api() -> Any:
@@ -394,6 +409,7 @@ def uninstall_engine() -> None:
 def fast_engine(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     actor_batch: int = DEFAULT_ACTOR_BATCH,
+    actor_channels: bool = True,
 ) -> Iterator[bool]:
     """Run the Flower simulations started inside the block without waiting steps.
 
@@ -413,6 +429,11 @@ def fast_engine(
         The most messages one Ray call carries to an actor
         (:mod:`~fedleak.runtime.actor_batches`); 1 is Flower's one message
         per call. Concurrent blocks use the smallest.
+    actor_channels : bool, default=True
+        Send batches to actors on the server's node through a socket to a
+        thread of the actor's process instead of a Ray call
+        (:mod:`~fedleak.runtime.actor_channels`; needs ``actor_batch > 1``).
+        Concurrent blocks use channels only if all ask for them.
 
     Yields
     ------
@@ -435,12 +456,14 @@ def fast_engine(
     with _ENGINE.lock:
         _ENGINE.active.append(poll_interval)
         _ENGINE.batches.append(actor_batch)
+        _ENGINE.channels.append(bool(actor_channels))
     try:
         yield swapped
     finally:
         with _ENGINE.lock:
             _ENGINE.active.remove(poll_interval)
             _ENGINE.batches.remove(actor_batch)
+            _ENGINE.channels.remove(bool(actor_channels))
         if installed_here and swapped:
             uninstall_engine()
         for name, value in environ.items():

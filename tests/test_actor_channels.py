@@ -1,0 +1,513 @@
+"""Same-node actor channels: a batch through a socket to a thread of the actor.
+
+The actor is Flower's ``VirtualClientEngineActor`` logic in this process (as
+in ``test_actor_batches``) and a channel's two ends are a socket pair; the
+test marked ``slow`` opens real channels to a Ray actor.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+from flwr.app import ConfigRecord, Message
+from test_actor_batches import (
+    Actor,
+    Backend,
+    Pool,
+    Store,
+    app_fn,
+    fetch,
+    message,
+    serve,
+)
+
+from fedleak.runtime import actor_batches, actor_channels
+from fedleak.runtime.actor_batches import Batch, run_jobs
+from fedleak.runtime.actor_channels import (
+    ActorChannel,
+    ChannelBroken,
+    ChannelSet,
+    channels_of,
+)
+
+FETCH = actor_batches._fetch  # the real one, before any test patches it
+
+
+def _job(node: int, **config: Any) -> tuple[Message, str, Any]:
+    msg = message(node, config=ConfigRecord({"x": node * 10, **config}))
+    return msg, str(node), Store(node).context
+
+
+def _payload(*nodes: int) -> Batch:
+    payload = Batch()
+    for node in nodes:
+        payload.add(_job(node))
+    return payload
+
+
+class Served:
+    """A channel whose actor end is ``_serve`` on a thread of this process."""
+
+    def __init__(self, actor: Any = None) -> None:
+        server, client = socket.socketpair()
+        self.actor = actor if actor is not None else Actor()
+        self.thread = threading.Thread(
+            target=actor_channels._serve,
+            args=(self.actor, client, app_fn),
+            daemon=True,
+        )
+        self.thread.start()
+        self.channel = ActorChannel(server)
+
+
+def _outcomes(batch: Batch) -> list[Any]:
+    return [batch.load(k) for k in range(len(batch.items))]
+
+
+# -------------------------------------------------------------- one channel
+def test_a_batch_through_a_channel_gives_what_a_ray_call_of_run_jobs_gives():
+    served = Served()
+    payload = _payload(1, 2, 3)
+    served.channel.send(payload)
+    through_channel = _outcomes(served.channel.receive())
+    direct = _outcomes(run_jobs(Actor(), app_fn, pickle.loads(pickle.dumps(payload))))
+    assert len(through_channel) == 3
+    for (ok, reply, context), (ok2, reply2, context2), node in zip(
+        through_channel, direct, (1, 2, 3), strict=True
+    ):
+        assert ok and ok2
+        assert reply.content.metric_records["m"]["partition"] == node
+        assert reply.content.metric_records["m"]["x"] == node * 10
+        assert dict(reply.content.metric_records["m"]) == dict(
+            reply2.content.metric_records["m"]
+        )
+        assert context.state.config_records["seen"]["n"] == 1
+        assert context2.state.config_records["seen"]["n"] == 1
+    served.channel.close()
+    served.thread.join(timeout=5)
+    assert not served.thread.is_alive()  # the actor's thread ends with the stream
+
+
+def test_a_channel_serves_batch_after_batch_in_order():
+    served = Served()
+    for round_ in range(5):
+        served.channel.send(_payload(round_ + 1))
+        ((ok, reply, _),) = _outcomes(served.channel.receive())
+        assert ok and reply.content.metric_records["m"]["partition"] == round_ + 1
+    served.channel.close()
+
+
+def test_a_clients_error_is_an_outcome_and_the_channel_goes_on():
+    served = Served()
+    payload = Batch()
+    payload.add(_job(1, fail=True))
+    payload.add(_job(2))
+    served.channel.send(payload)
+    failed, fine = _outcomes(served.channel.receive())
+    assert failed[0] is False and "client 1 fails" in failed[2]
+    assert fine[0] is True
+    assert not served.channel.broken
+    served.channel.send(_payload(3))
+    assert _outcomes(served.channel.receive())[0][0] is True
+    served.channel.close()
+
+
+def test_a_batch_the_actor_cannot_read_breaks_that_call_with_its_reason():
+    served = Served()
+    actor_channels._send(served.channel.sock, b"not a pickle")
+    with pytest.raises(ChannelBroken, match="could not run the batch"):
+        served.channel.receive()
+    assert not served.channel.broken  # the stream itself is fine
+    served.channel.send(_payload(4))
+    assert _outcomes(served.channel.receive())[0][0] is True
+    served.channel.close()
+
+
+def test_an_actor_that_dies_breaks_its_channel_for_good():
+    server, client = socket.socketpair()
+    channel = ActorChannel(server)
+    channel.send(_payload(1))
+    client.close()  # the actor's process ended
+    with pytest.raises(ChannelBroken):
+        channel.receive()
+    assert channel.broken
+    with pytest.raises(ChannelBroken, match="closed"):
+        channel.send(_payload(2))
+
+
+def test_a_stream_cut_inside_a_reply_breaks_the_channel():
+    server, client = socket.socketpair()
+    channel = ActorChannel(server)
+    client.sendall(actor_channels._HEADER.pack(100) + b"only part")
+    client.close()
+    with pytest.raises(ChannelBroken, match="closed it"):
+        channel.receive()
+    assert channel.broken
+
+
+def test_closing_a_channel_twice_is_harmless_and_it_refuses_work_after():
+    served = Served()
+    served.channel.close()
+    served.channel.close()
+    with pytest.raises(ChannelBroken, match="closed"):
+        served.channel.send(_payload(1))
+
+
+def test_large_payloads_arrive_whole():
+    served = Served()
+    payload = _payload(1)
+    blob = bytes(range(256)) * 40_000  # 10 MB, beyond any single socket write
+    payload.shared.append(blob)
+    served.channel.send(payload)
+    assert _outcomes(served.channel.receive())[0][0] is True
+    # the framing carries exactly what was written
+    server, client = socket.socketpair()
+    writer = threading.Thread(target=actor_channels._send, args=(client, blob))
+    writer.start()
+    assert bytes(actor_channels._recv(server)) == blob
+    writer.join()
+    served.channel.close()
+
+
+# ------------------------------------------------------------ channel sets
+class Opener:
+    """Counts what a :class:`ChannelSet` opens; hands out served channels."""
+
+    def __init__(self, refuse: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.refuse = refuse
+        self.opened: list[str] = []
+        self.served: list[Served] = []
+
+    def __call__(self, actor: Any, fn: Any) -> ActorChannel | None:
+        assert fn is app_fn
+        self.opened.append(actor)
+        if actor in self.refuse:
+            return None
+        served = Served()
+        self.served.append(served)
+        return served.channel
+
+
+def test_a_set_opens_each_actors_channel_once():
+    opener = Opener()
+    channels = ChannelSet(opener)
+    first = channels.channel("a", app_fn)
+    assert channels.channel("a", app_fn) is first
+    assert channels.channel("b", app_fn) is not first
+    assert opener.opened == ["a", "b"]
+    assert channels.opened == 2
+    channels.close()
+
+
+def test_an_actor_whose_channel_did_not_open_keeps_rays_calls_without_retrying():
+    opener = Opener(refuse={"far"})
+    channels = ChannelSet(opener)
+    assert channels.channel("far", app_fn) is None
+    assert channels.channel("far", app_fn) is None
+    assert opener.opened == ["far"]
+    assert channels.opened == 0
+
+
+def test_a_broken_channel_is_not_reopened():
+    opener = Opener()
+    channels = ChannelSet(opener)
+    channel = channels.channel("a", app_fn)
+    assert channel is not None
+    channel.broken = True
+    assert channels.channel("a", app_fn) is None
+    assert opener.opened == ["a"]
+    assert channels.opened == 0
+
+
+def test_the_last_worker_out_closes_every_channel():
+    opener = Opener()
+    channels = ChannelSet(opener)
+    channels.enter()
+    channels.enter()
+    a = channels.channel("a", app_fn)
+    b = channels.channel("b", app_fn)
+    assert a is not None and b is not None
+    channels.leave()
+    a.send(_payload(1))  # one worker still serves: the channels stay open
+    assert _outcomes(a.receive())[0][0] is True
+    channels.leave()
+    with pytest.raises(ChannelBroken):
+        a.send(_payload(1))
+    with pytest.raises(ChannelBroken):
+        b.send(_payload(1))
+    assert channels.channel("c", app_fn) is None  # closed for good
+    assert opener.opened == ["a", "b"]
+    for served in opener.served:
+        served.thread.join(timeout=5)
+        assert not served.thread.is_alive()
+
+
+def test_a_channel_opened_while_the_set_closes_is_closed_at_once():
+    class Late(Opener):
+        def __call__(self, actor: Any, fn: Any) -> ActorChannel | None:
+            channel = super().__call__(actor, fn)
+            channels.close()  # the last worker left meanwhile
+            return channel
+
+    opener = Late()
+    channels = ChannelSet(opener)
+    assert channels.channel("a", app_fn) is None
+    with pytest.raises(ChannelBroken):
+        opener.served[0].channel.send(_payload(1))
+
+
+def test_actors_are_told_apart_by_rays_actor_id():
+    class Handle:
+        def __init__(self, actor_id: str) -> None:
+            self._actor_id = actor_id
+
+    opener = Opener()
+    channels = ChannelSet(opener)
+    one = channels.channel(Handle("x"), app_fn)
+    assert channels.channel(Handle("x"), app_fn) is one  # another handle, same actor
+    assert channels.channel(Handle("y"), app_fn) is not one
+    assert len(opener.opened) == 2
+    channels.close()
+
+
+def test_the_workers_of_a_backend_share_one_set():
+    backend, other = Backend(Pool()), Backend(Pool())
+    assert channels_of(backend) is channels_of(backend)
+    assert channels_of(backend) is not channels_of(other)
+
+
+# --------------------------------------------------- the worker on channels
+@pytest.fixture
+def channel_sets(monkeypatch: pytest.MonkeyPatch) -> dict[Any, ChannelSet]:
+    """Each backend's channels are served ones (no Ray)."""
+    sets: dict[Any, ChannelSet] = {}
+
+    def of(backend: Any) -> ChannelSet:
+        if backend not in sets:
+            sets[backend] = ChannelSet(Opener())
+        return sets[backend]
+
+    def fetch_either(future: Any) -> Batch:  # a channel's, else the fake Ray call's
+        if isinstance(future, actor_batches._Sent):
+            return FETCH(future)
+        return fetch(future)
+
+    monkeypatch.setattr(actor_channels, "channels_of", of)
+    monkeypatch.setattr(actor_batches, "_fetch", fetch_either)
+    monkeypatch.setattr(actor_batches, "_QUEUE_WAIT_S", 0.02)
+    return sets
+
+
+def _serve_all(
+    messages: list[Message], backend: Backend, channels: bool
+) -> dict[int, Message]:
+    return serve(messages, backend, 16, channels=channels)[0]
+
+
+def test_with_channels_every_batch_takes_the_channel_and_no_ray_call(channel_sets):
+    pool = Pool()
+    backend = Backend(pool, workers=1)
+    messages = [message(n, fail=n == 2) for n in range(1, 6)]
+    replies = _serve_all(messages, backend, channels=True)
+    assert pool.calls == []  # no Ray call
+    assert pool.returned == len(pool.futures) >= 1  # the actor always goes back
+    assert all(isinstance(f, actor_batches._Sent) for f in pool.futures)
+    for node, reply in replies.items():
+        if node == 2:
+            assert reply.has_error() and "client 2 fails" in reply.error.reason
+        else:
+            assert reply.content.metric_records["m"]["partition"] == node
+    (channels,) = channel_sets.values()
+    with pytest.raises(ChannelBroken):  # the worker left: its channels are closed
+        channels.opener.served[0].channel.send(_payload(1))  # type: ignore[attr-defined]
+
+
+def test_without_channels_the_worker_makes_ray_calls(channel_sets):
+    pool = Pool()
+    replies = _serve_all([message(n) for n in range(1, 4)], Backend(pool), False)
+    assert sum(pool.calls) == 3
+    assert channel_sets == {}
+    assert all(not r.has_error() for r in replies.values())
+
+
+def test_channels_and_ray_calls_give_the_same_replies(channel_sets):
+    def contents(channels: bool) -> dict[int, Any]:
+        replies = _serve_all(
+            [message(n) for n in range(1, 6)], Backend(Pool()), channels
+        )
+        return {n: dict(r.content.metric_records["m"]) for n, r in replies.items()}
+
+    assert contents(True) == contents(False)
+
+
+def test_a_batch_whose_channel_breaks_is_sent_as_a_ray_call(channel_sets):
+    pool = Pool()
+    backend = Backend(pool)
+    channels = actor_channels.channels_of(backend)
+    channel = channels.channel(pool.actor, app_fn)
+    assert channel is not None
+    channel.sock.close()  # broken, but not yet known to be
+    future = actor_batches._submit(pool.actor, app_fn, _payload(1), channels)
+    assert not isinstance(future, actor_batches._Sent)
+    assert pool.calls == [1]
+    assert channel.broken
+
+
+def test_a_sent_batch_is_fetched_from_its_channel():
+    served = Served()
+    served.channel.send(_payload(7))
+    outcomes = FETCH(actor_batches._Sent(served.channel))
+    assert _outcomes(outcomes)[0][1].content.metric_records["m"]["partition"] == 7
+    served.channel.close()
+
+
+def test_a_backend_that_cannot_batch_opens_no_channels(channel_sets):
+    backend = Backend(None)
+    replies = _serve_all([message(1), message(2)], backend, channels=True)
+    assert sorted(backend.processed) == [1, 2]
+    assert channel_sets == {}
+    assert all(not r.has_error() for r in replies.values())
+
+
+# ------------------------------------------------------------- real actors
+@pytest.mark.slow
+@pytest.mark.in_default_run
+def test_real_channels_open_to_ray_actors_on_this_node_and_close(ray_cluster):
+    import ray
+    import test_actor_batches
+    from flwr.simulation.ray_transport.ray_actor import ClientAppActor
+
+    # the test's ClientApp travels by value: the actors cannot import this folder
+    ray.cloudpickle.register_pickle_by_value(test_actor_batches)
+    ray.init(address=ray_cluster, logging_level="ERROR", log_to_driver=False)
+    try:
+        actor = ClientAppActor.options(num_cpus=0.5).remote()
+        channel = actor_channels.open_channel(actor, app_fn, timeout=60)
+        assert channel is not None
+        channel.send(_payload(1, 2))
+        outcomes = _outcomes(channel.receive())
+        assert [o[1].content.metric_records["m"]["partition"] for o in outcomes] == [
+            1,
+            2,
+        ]
+        # an actor elsewhere (here: a node id that is not this one) keeps Ray's calls
+        assert not ray.get(
+            actor.__ray_call__.remote(
+                actor_channels.serve_in_actor, "unused", b"", app_fn, "another-node"
+            )
+        )
+        channel.close()
+        started = time.monotonic()
+        while time.monotonic() - started < 10:  # its thread saw the end and left
+            names = ray.get(
+                actor.__ray_call__.remote(
+                    lambda _self: [t.name for t in threading.enumerate()]
+                )
+            )
+            if "fedleak-channel" not in names:
+                break
+            time.sleep(0.1)
+        assert "fedleak-channel" not in names
+        ray.kill(actor)
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(test_actor_batches)
+
+
+# ------------------------------------------------------- opening a channel
+class RemoteCall:
+    """``actor.__ray_call__.remote(fn, *args)`` run here; ``behave`` may replace ``fn``."""
+
+    def __init__(self, actor: Any, behave: Any = None) -> None:
+        self.actor = actor
+        self.behave = behave
+
+    def remote(self, fn: Any, *args: Any) -> Any:
+        return (self.behave or fn)(self.actor, *args)
+
+
+class FakeContext:
+    def get_node_id(self) -> str:
+        return "this-node"
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Ray's calls that ``open_channel`` and ``serve_in_actor`` make, in this process."""
+    import ray
+
+    warnings: list[str] = []
+    monkeypatch.setattr(ray, "get_runtime_context", FakeContext)
+    monkeypatch.setattr(ray, "get", lambda value, timeout=None: value)
+    monkeypatch.setattr(
+        actor_channels._LOG, "warning", lambda msg, *a: warnings.append(msg % a)
+    )
+    return warnings
+
+
+def _fake_actor(behave: Any = None) -> Actor:
+    actor = Actor()
+    actor.__ray_call__ = RemoteCall(actor, behave)  # type: ignore[attr-defined]
+    return actor
+
+
+def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
+    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=5)
+    assert channel is not None
+    channel.send(_payload(3))
+    assert _outcomes(channel.receive())[0][1].content.metric_records["m"]["x"] == 30
+    channel.close()
+    assert fake_ray == []
+
+
+def test_an_actor_on_another_node_keeps_rays_calls_quietly(fake_ray):
+    def elsewhere(actor: Any, address: str, token: bytes, fn: Any, node: str) -> bool:
+        assert node == "this-node"
+        return actor_channels.serve_in_actor(actor, address, token, fn, "other-node")
+
+    assert (
+        actor_channels.open_channel(_fake_actor(elsewhere), app_fn, timeout=5) is None
+    )
+    assert fake_ray == []
+
+
+def test_an_actor_that_never_connects_is_given_up_with_a_warning(fake_ray):
+    def silent(actor: Any, *args: Any) -> bool:
+        return True  # says it connected, never did
+
+    assert actor_channels.open_channel(_fake_actor(silent), app_fn, timeout=0.2) is None
+    assert len(fake_ray) == 1 and "did not connect" in fake_ray[0]
+
+
+def test_a_peer_with_the_wrong_token_gets_no_channel(fake_ray):
+    def impostor(actor: Any, address: str, token: bytes, fn: Any, node: str) -> bool:
+        forged = bytes(b ^ 1 for b in token)
+        return actor_channels.serve_in_actor(actor, address, forged, fn, node)
+
+    assert actor_channels.open_channel(_fake_actor(impostor), app_fn, timeout=5) is None
+    assert len(fake_ray) == 1 and "wrong token" in fake_ray[0]
+
+
+def test_a_peer_that_hangs_up_before_its_token_gets_no_channel(fake_ray):
+    def hang_up(actor: Any, address: str, *args: Any) -> bool:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(address)
+        sock.sendall(b"short")
+        sock.close()
+        return True
+
+    assert actor_channels.open_channel(_fake_actor(hang_up), app_fn, timeout=5) is None
+    assert len(fake_ray) == 1 and "no token" in fake_ray[0]
+
+
+def test_opening_leaves_no_socket_file_behind(fake_ray, monkeypatch, tmp_path):
+    monkeypatch.setattr(actor_channels.tempfile, "tempdir", str(tmp_path))
+    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=5)
+    assert channel is not None
+    assert list(tmp_path.iterdir()) == []
+    channel.close()
