@@ -750,3 +750,30 @@ def test_a_call_is_fetched_with_ray_get_of_its_own_reference(monkeypatch):
     ref = object()
     assert ray_fetch(ref) is outcomes
     assert asked == [ref]
+
+
+def test_each_backend_gets_its_own_object_made_once_and_dropped_with_it():
+    import gc
+
+    made: list[Any] = []
+
+    def make(backend: Any) -> list[Any]:
+        made.append(backend)
+        return [backend.num_workers]
+
+    per_backend = actor_batches.PerBackend(make)
+    one, two = Backend(Pool(), workers=1), Backend(Pool(), workers=2)
+    first = per_backend(one)
+    assert per_backend(one) is first and first == [1]
+    assert per_backend(two) == [2] and per_backend(two) is not first
+    assert made == [one, two]
+    made.clear()
+    del one, first
+    gc.collect()
+    assert len(per_backend._objects) == 1  # the backend's object went with it
+    threads = [threading.Thread(target=per_backend, args=(two,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert made == []  # made once, however many workers ask

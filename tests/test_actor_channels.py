@@ -11,6 +11,7 @@ import pickle
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from fedleak.runtime.actor_channels import (
     channels_of,
 )
 
+HANG_S = 5.0  # longer than any step here takes; a test that waits longer fails
 FETCH = actor_batches._fetch  # the real one, before any test patches it
 
 
@@ -62,6 +64,7 @@ class Served:
             daemon=True,
         )
         self.thread.start()
+        server.settimeout(HANG_S)  # a hang fails the test instead of stalling it
         self.channel = ActorChannel(server)
 
 
@@ -120,7 +123,10 @@ def test_a_clients_error_is_an_outcome_and_the_channel_goes_on():
 def test_a_batch_the_actor_cannot_read_breaks_that_call_with_its_reason():
     served = Served()
     actor_channels._send(served.channel.sock, b"not a pickle")
-    with pytest.raises(ChannelBroken, match="could not run the batch"):
+    with pytest.raises(
+        ChannelBroken,
+        match=r"^the actor could not run the batch: UnpicklingError.*invalid load key",
+    ):
         served.channel.receive()
     assert not served.channel.broken  # the stream itself is fine
     served.channel.send(_payload(4))
@@ -145,17 +151,27 @@ def test_a_stream_cut_inside_a_reply_breaks_the_channel():
     channel = ActorChannel(server)
     client.sendall(actor_channels._HEADER.pack(100) + b"only part")
     client.close()
-    with pytest.raises(ChannelBroken, match="closed it"):
+    with pytest.raises(ChannelBroken, match=r"^the channel's other end closed it$"):
         channel.receive()
     assert channel.broken
 
 
 def test_closing_a_channel_twice_is_harmless_and_it_refuses_work_after():
     served = Served()
+    assert served.channel.broken is False
     served.channel.close()
     served.channel.close()
-    with pytest.raises(ChannelBroken, match="closed"):
+    with pytest.raises(ChannelBroken, match=r"^the channel is closed$"):
         served.channel.send(_payload(1))
+    assert served.channel.broken is False  # closed on purpose, not broken
+
+
+def test_a_socket_that_fails_under_a_write_breaks_the_channel_with_its_error():
+    served = Served()
+    served.channel.sock.close()
+    with pytest.raises(ChannelBroken, match=r"^the channel failed: OSError"):
+        served.channel.send(_payload(1))
+    assert served.channel.broken
 
 
 def test_large_payloads_arrive_whole():
@@ -281,6 +297,21 @@ def test_the_workers_of_a_backend_share_one_set():
     assert channels_of(backend) is not channels_of(other)
 
 
+def test_a_backends_channels_close_when_the_backend_goes():
+    import gc
+
+    backend = Backend(Pool())
+    channels = channels_of(backend)
+    channels.opener = Opener()
+    channel = channels.channel("a", app_fn)
+    assert channel is not None
+    del backend
+    gc.collect()
+    with pytest.raises(ChannelBroken, match=r"^the channel is closed$"):
+        channel.send(_payload(1))
+    assert channels.channel("b", app_fn) is None
+
+
 # --------------------------------------------------- the worker on channels
 @pytest.fixture
 def channel_sets(monkeypatch: pytest.MonkeyPatch) -> dict[Any, ChannelSet]:
@@ -322,6 +353,7 @@ def test_with_channels_every_batch_takes_the_channel_and_no_ray_call(channel_set
             assert reply.has_error() and "client 2 fails" in reply.error.reason
         else:
             assert reply.content.metric_records["m"]["partition"] == node
+    assert list(channel_sets) == [backend]  # the backend's own set
     (channels,) = channel_sets.values()
     with pytest.raises(ChannelBroken):  # the worker left: its channels are closed
         channels.opener.served[0].channel.send(_payload(1))  # type: ignore[attr-defined]
@@ -431,6 +463,10 @@ class RemoteCall:
         return (self.behave or fn)(self.actor, *args)
 
 
+TIMEOUT = 0.5
+WARNING = "fedleak: no channel to a Ray actor, {}; it keeps Ray's calls"
+
+
 class FakeContext:
     def get_node_id(self) -> str:
         return "this-node"
@@ -442,8 +478,13 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import ray
 
     warnings: list[str] = []
+
+    def get(value: Any, timeout: float | None = None) -> Any:
+        assert timeout == TIMEOUT  # the wait for the actor is bounded
+        return value
+
     monkeypatch.setattr(ray, "get_runtime_context", FakeContext)
-    monkeypatch.setattr(ray, "get", lambda value, timeout=None: value)
+    monkeypatch.setattr(ray, "get", get)
     monkeypatch.setattr(
         actor_channels._LOG, "warning", lambda msg, *a: warnings.append(msg % a)
     )
@@ -457,11 +498,16 @@ def _fake_actor(behave: Any = None) -> Actor:
 
 
 def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
-    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=5)
+    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=TIMEOUT)
     assert channel is not None
+    assert channel.sock.gettimeout() is None  # a batch may take as long as it takes
+    (thread,) = [t for t in threading.enumerate() if t.name == "fedleak-channel"]
+    assert thread.daemon  # it never keeps the actor's process alive
     channel.send(_payload(3))
     assert _outcomes(channel.receive())[0][1].content.metric_records["m"]["x"] == 30
     channel.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
     assert fake_ray == []
 
 
@@ -471,17 +517,35 @@ def test_an_actor_on_another_node_keeps_rays_calls_quietly(fake_ray):
         return actor_channels.serve_in_actor(actor, address, token, fn, "other-node")
 
     assert (
-        actor_channels.open_channel(_fake_actor(elsewhere), app_fn, timeout=5) is None
+        actor_channels.open_channel(_fake_actor(elsewhere), app_fn, timeout=TIMEOUT)
+        is None
     )
     assert fake_ray == []
+
+
+def _open_in_time(actor: Any) -> ActorChannel | None:
+    """``open_channel`` with ``TIMEOUT``; fails the test if it does not return in time."""
+    opened: list[ActorChannel | None] = []
+    thread = threading.Thread(
+        target=lambda: opened.append(
+            actor_channels.open_channel(actor, app_fn, timeout=TIMEOUT)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(timeout=HANG_S)
+    assert opened, f"open_channel did not give up within {HANG_S} s"
+    return opened[0]
 
 
 def test_an_actor_that_never_connects_is_given_up_with_a_warning(fake_ray):
     def silent(actor: Any, *args: Any) -> bool:
         return True  # says it connected, never did
 
-    assert actor_channels.open_channel(_fake_actor(silent), app_fn, timeout=0.2) is None
-    assert len(fake_ray) == 1 and "did not connect" in fake_ray[0]
+    assert _open_in_time(_fake_actor(silent)) is None
+    assert fake_ray == [
+        WARNING.format("it did not connect (TimeoutError('timed out'))")
+    ]
 
 
 def test_a_peer_with_the_wrong_token_gets_no_channel(fake_ray):
@@ -489,8 +553,11 @@ def test_a_peer_with_the_wrong_token_gets_no_channel(fake_ray):
         forged = bytes(b ^ 1 for b in token)
         return actor_channels.serve_in_actor(actor, address, forged, fn, node)
 
-    assert actor_channels.open_channel(_fake_actor(impostor), app_fn, timeout=5) is None
-    assert len(fake_ray) == 1 and "wrong token" in fake_ray[0]
+    assert (
+        actor_channels.open_channel(_fake_actor(impostor), app_fn, timeout=TIMEOUT)
+        is None
+    )
+    assert fake_ray == [WARNING.format("it sent a wrong token")]
 
 
 def test_a_peer_that_hangs_up_before_its_token_gets_no_channel(fake_ray):
@@ -501,13 +568,43 @@ def test_a_peer_that_hangs_up_before_its_token_gets_no_channel(fake_ray):
         sock.close()
         return True
 
-    assert actor_channels.open_channel(_fake_actor(hang_up), app_fn, timeout=5) is None
-    assert len(fake_ray) == 1 and "no token" in fake_ray[0]
+    assert (
+        actor_channels.open_channel(_fake_actor(hang_up), app_fn, timeout=TIMEOUT)
+        is None
+    )
+    assert fake_ray == [
+        WARNING.format(
+            'it sent no token (ChannelBroken("the channel\'s other end closed it"))'
+        )
+    ]
+
+
+def test_a_peer_that_connects_and_stays_silent_is_given_up_in_time(fake_ray):
+    peers: list[socket.socket] = []
+
+    def mute(actor: Any, address: str, *args: Any) -> bool:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(address)
+        peers.append(sock)  # open, but never sends its token
+        return True
+
+    assert _open_in_time(_fake_actor(mute)) is None
+    assert fake_ray == [WARNING.format("it sent no token (TimeoutError('timed out'))")]
+    peers[0].close()
 
 
 def test_opening_leaves_no_socket_file_behind(fake_ray, monkeypatch, tmp_path):
     monkeypatch.setattr(actor_channels.tempfile, "tempdir", str(tmp_path))
-    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=5)
+    folders: list[str] = []
+    make = actor_channels.tempfile.mkdtemp
+
+    def mkdtemp(**kwargs: Any) -> str:
+        folders.append(make(**kwargs))
+        return folders[-1]
+
+    monkeypatch.setattr(actor_channels.tempfile, "mkdtemp", mkdtemp)
+    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=TIMEOUT)
     assert channel is not None
+    assert [Path(f).name.startswith("fedleak-channel-") for f in folders] == [True]
     assert list(tmp_path.iterdir()) == []
     channel.close()

@@ -89,4 +89,5 @@ def test_flwr_run_dot_runs_the_configured_experiment(tmp_path):
         "poll_interval": 0.002,
         "wake_ups": True,
         "actor_batch": 16,
+        "actor_channels": True,
     }

@@ -461,8 +461,7 @@ def run_engine_bench(
         The JSON record (written atomically).
     quick : bool, default=False
         One block of 30 quickstart and 8 secure rounds per way (a full run:
-        two blocks of 150 and 60; a secure run's start-up takes longer than
-        its rounds on fedleak's engine, and 30 rounds gave medians that moved
+        two blocks of 150 and 60; 30 secure rounds gave medians that moved
         by a quarter between runs).
     rounds, secure_rounds : int, optional
         Rounds per run of each experiment (overrides ``quick``'s choice).
