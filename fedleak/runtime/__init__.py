@@ -3,6 +3,11 @@
 ``engine``
     Replies wake the server instead of Flower's 0.1 s polls, the clients'
     timing mod, Ray's backend settings (``[federation] engine``).
+``actor_batches``
+    Several messages per Ray actor call (``[federation] actor_batch``).
+``actor_channels``
+    Those batches through a socket to a thread of an actor on the server's
+    node instead of a Ray call (``[federation] actor_channels``).
 ``lifecycle``
     Stop between rounds on SIGINT/SIGTERM, the watcher that removes Ray's
     processes however the run ends, the Ray address and CPU checks.
