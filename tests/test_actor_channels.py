@@ -398,6 +398,17 @@ def test_a_sent_batch_is_fetched_from_its_channel():
     served.channel.close()
 
 
+def test_without_unix_sockets_batches_keep_rays_calls(channel_sets, monkeypatch):
+    assert actor_channels.channels_supported()  # this platform has them
+    monkeypatch.delattr(socket, "AF_UNIX")
+    assert not actor_channels.channels_supported()
+    pool = Pool()
+    replies = _serve_all([message(n) for n in range(1, 4)], Backend(pool), True)
+    assert sum(pool.calls) == 3
+    assert channel_sets == {}
+    assert all(not r.has_error() for r in replies.values())
+
+
 def test_a_backend_that_cannot_batch_opens_no_channels(channel_sets):
     backend = Backend(None)
     replies = _serve_all([message(1), message(2)], backend, channels=True)

@@ -510,11 +510,12 @@ def serve_messages(
     channels : callable
         Returns whether batches go through same-node actor channels
         (:mod:`~fedleak.runtime.actor_channels`); asked once, at the start.
+        Where the platform has no Unix sockets, batches keep Ray's calls.
     """
-    channel_set = None
-    if channels() and can_batch(backend):
-        from .actor_channels import channels_of
+    from .actor_channels import channels_of, channels_supported
 
+    channel_set = None
+    if channels() and can_batch(backend) and channels_supported():
         channel_set = channels_of(backend)
         channel_set.enter()
     try:

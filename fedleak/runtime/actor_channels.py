@@ -57,6 +57,7 @@ __all__ = [
     "ChannelBroken",
     "ChannelSet",
     "channels_of",
+    "channels_supported",
     "open_channel",
     "serve_in_actor",
 ]
@@ -68,6 +69,11 @@ _LOG = logging.getLogger("flwr")
 _HEADER = struct.Struct("!Q")
 _TOKEN_BYTES = 32
 _OK, _FAILED = 0, 1
+
+
+def channels_supported() -> bool:
+    """Return whether this platform has Unix sockets (not Windows' Python)."""
+    return hasattr(socket, "AF_UNIX")
 
 
 class ChannelBroken(ConnectionError):
