@@ -199,6 +199,30 @@ def test_actor_channels_are_in_use_only_where_every_block_asks_and_batches():
     assert not engine.actor_channels_in_use()
 
 
+def test_a_runs_federation_settings_reach_the_engine_and_the_grid_reports_them():
+    from types import SimpleNamespace
+
+    federation = SimpleNamespace(
+        poll_interval=0.01, actor_batch=4, actor_channels=False
+    )
+    grid = EngineGrid(QueueGrid(None), poll_interval=0.01)
+    assert grid.settings() == {
+        "poll_interval": engine.REMOTE_MIN_POLL_INTERVAL,  # not the in-memory Grid
+        "wake_ups": False,
+        "actor_batch": 1,
+        "actor_channels": False,
+    }
+    with engine.fast_engine_for(federation):
+        assert engine.actor_batch_in_use() == 4
+        assert not engine.actor_channels_in_use()
+        assert grid.settings()["actor_batch"] == 4
+    with engine.fast_engine_for(
+        SimpleNamespace(poll_interval=0.01, actor_batch=16, actor_channels=True)
+    ):
+        assert grid.settings()["actor_channels"] is True
+    assert engine.actor_batch_in_use() == 1
+
+
 def test_flowers_worker_is_swapped_for_one_that_asks_about_channels():
     assert engine._worker.keywords == {
         "limit": engine.actor_batch_in_use,

@@ -87,7 +87,7 @@ from fedleak.experiments.server import RunRecorder, run_federation, timing_summa
 from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
-    fast_engine,
+    fast_engine_for,
     keep_freed_memory,
     simulation_backend_config,
     timing_mod,
@@ -310,13 +310,7 @@ def _simulate_secure(config: ExperimentConfig, fast: bool, verbose: bool) -> Any
             outcome["result"] = _secure_federation(grid, config, recorder, _name(fast))
 
     engine: AbstractContextManager[bool] = (
-        fast_engine(
-            config.federation.poll_interval,
-            config.federation.actor_batch,
-            config.federation.actor_channels,
-        )
-        if fast
-        else nullcontext(False)
+        fast_engine_for(config.federation) if fast else nullcontext(False)
     )
     with quiet_flower(verbose), engine:
         run_simulation(

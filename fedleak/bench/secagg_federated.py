@@ -65,9 +65,6 @@ from flwr.serverapp.strategy import FedAvg
 from fedleak.errors import ConfigError, FedleakError
 from fedleak.runtime.engine import (
     EngineGrid,
-    actor_batch_in_use,
-    actor_channels_in_use,
-    engine_active,
     fast_engine,
     simulation_backend_config,
     timing_mod,
@@ -419,10 +416,7 @@ def _server_app(
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         metered = MeteredGrid(grid, poll_interval)
-        engine["poll_interval"] = metered.poll_interval
-        engine["wake_ups"] = metered.in_memory and engine_active()
-        engine["actor_batch"] = actor_batch_in_use()
-        engine["actor_channels"] = actor_channels_in_use()
+        engine.update(metered.settings())
         for name in METHODS:
             logs[name] = _RoundLog(name, true_update, metered)
         runs: dict[str, Callable[[], None]] = {

@@ -49,10 +49,7 @@ from fedleak.experiments.server import initial_arrays
 from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
-    actor_batch_in_use,
-    actor_channels_in_use,
-    engine_active,
-    fast_engine,
+    fast_engine_for,
     simulation_backend_config,
 )
 from fedleak.runtime.logs import quiet_flower
@@ -153,10 +150,7 @@ def _timing_server_app(
     def main(grid: Grid, context: Context) -> None:
         # no timing records: the honest ClientApp gets exactly what Flower sends
         grid = EngineGrid(grid, poll, timing=False)
-        engine_used["poll_interval"] = grid.poll_interval
-        engine_used["wake_ups"] = grid.in_memory and engine_active()
-        engine_used["actor_batch"] = actor_batch_in_use()
-        engine_used["actor_channels"] = actor_channels_in_use()
+        engine_used.update(grid.settings())
         arrays = initial_arrays(config)
         for block in range(blocks):
             order = names[block % len(names) :] + names[: block % len(names)]
@@ -184,13 +178,7 @@ def _simulate(server_app: ServerApp, config: ExperimentConfig, verbose: bool) ->
 
     fast = config.federation.engine == "fedleak"
     running: AbstractContextManager[bool] = (
-        fast_engine(
-            config.federation.poll_interval,
-            config.federation.actor_batch,
-            config.federation.actor_channels,
-        )
-        if fast
-        else nullcontext(False)
+        fast_engine_for(config.federation) if fast else nullcontext(False)
     )
     with quiet_flower(verbose), running:
         run_simulation(

@@ -44,7 +44,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedleak.errors import ConfigError
 from fedleak.runtime.engine import (
     RAY_INLINE_BYTES,
-    fast_engine,
+    fast_engine_for,
     install_engine,
     keep_freed_memory,
 )
@@ -131,11 +131,7 @@ def main(grid: Grid, context: Context) -> None:
     recorder = RunRecorder(config, run_dir)
     federation = config.federation
     engine: AbstractContextManager[bool] = (
-        fast_engine(
-            federation.poll_interval,
-            federation.actor_batch,
-            federation.actor_channels,
-        )
+        fast_engine_for(federation)
         if federation.engine == "fedleak"
         else nullcontext(False)
     )

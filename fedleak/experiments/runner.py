@@ -38,7 +38,11 @@ from fedleak.runtime.checkpoint import (
     capture_client_states,
     load_checkpoint,
 )
-from fedleak.runtime.engine import fast_engine, simulation_backend_config, timing_mod
+from fedleak.runtime.engine import (
+    fast_engine_for,
+    simulation_backend_config,
+    timing_mod,
+)
 from fedleak.runtime.lifecycle import (
     RunControl,
     check_cpus,
@@ -170,13 +174,7 @@ def simulate(
         verbose=verbose,
     )
     engine: AbstractContextManager[bool] = (
-        fast_engine(
-            federation.poll_interval,
-            federation.actor_batch,
-            federation.actor_channels,
-        )
-        if fast
-        else nullcontext(False)
+        fast_engine_for(federation) if fast else nullcontext(False)
     )
     signals: AbstractContextManager[None] = (
         keep_signals_from_ray() if control is not None else nullcontext()

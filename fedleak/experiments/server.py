@@ -51,9 +51,6 @@ from fedleak.runtime.engine import (
     FLOWER_POLL_INTERVAL,
     EngineGrid,
     StoppableGrid,
-    actor_batch_in_use,
-    actor_channels_in_use,
-    engine_active,
 )
 from fedleak.runtime.lifecycle import RunControl, RunStopped
 from fedleak.runtime.noise import NoiseStream
@@ -243,10 +240,7 @@ class RunRecorder:
         self.grid = grid
         self.engine = {
             "engine": engine,
-            "poll_interval": grid.poll_interval,
-            "wake_ups": grid.in_memory and engine_active(),
-            "actor_batch": actor_batch_in_use(),
-            "actor_channels": actor_channels_in_use(),
+            **grid.settings(),
         }
 
     def _test_set(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -44,7 +44,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from queue import Empty, Queue
 from typing import Any, cast
@@ -74,6 +74,7 @@ __all__ = [
     "actor_channels_in_use",
     "engine_active",
     "fast_engine",
+    "fast_engine_for",
     "install_engine",
     "keep_freed_memory",
     "simulation_backend_config",
@@ -473,6 +474,17 @@ def fast_engine(
                 os.environ[name] = value
 
 
+def fast_engine_for(federation: Any) -> AbstractContextManager[bool]:
+    """:func:`fast_engine` with a run's ``[federation]`` settings.
+
+    ``federation`` has ``poll_interval``, ``actor_batch`` and
+    ``actor_channels`` (fedleak's ``FederationConfig``).
+    """
+    return fast_engine(
+        federation.poll_interval, federation.actor_batch, federation.actor_channels
+    )
+
+
 def engine_active() -> bool:
     """Return whether fedleak's engine functions are in place and active."""
     return bool(_ENGINE.originals) and bool(_ENGINE.active)
@@ -612,6 +624,20 @@ class EngineGrid(Grid):
         if self.timing:
             self.exchanges.append(Exchange(wait_s, num_sent, len(replies), compute))
         return replies
+
+    def settings(self) -> dict[str, Any]:
+        """How this Grid's exchanges run now: what ``results.json`` reports.
+
+        ``poll_interval``, ``wake_ups`` (replies wake it), ``actor_batch``
+        and ``actor_channels`` (:func:`actor_batch_in_use`,
+        :func:`actor_channels_in_use`).
+        """
+        return {
+            "poll_interval": self.poll_interval,
+            "wake_ups": self.in_memory and engine_active(),
+            "actor_batch": actor_batch_in_use(),
+            "actor_channels": actor_channels_in_use(),
+        }
 
     def take_exchanges(self) -> list[Exchange]:
         """Return the exchanges recorded since the last call and forget them."""
