@@ -6,6 +6,7 @@ import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -64,12 +65,24 @@ def test_sample_quality_scores_every_model_against_held_out_records(
 ) -> None:
     out = tmp_path / "new-folder" / "dpgm-samples.json"  # the folder is created
     result = CliRunner().invoke(
-        app, ["bench", "dpgm", "--sample-quality", "--quick", "--out", str(out)]
+        app,
+        [
+            "bench",
+            "dpgm",
+            "--sample-quality",
+            "--quick",
+            "--records",
+            "1200",
+            "--out",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     fig = report["fig_5_4"]
     assert fig["epochs"] == 1
+    assert fig["records"] == 1200
+    assert fig["batch_size"] == 32  # a sixtieth of 1,200 is below the floor
     floor = fig["quality"]["real_vs_real"]
     assert set(fig["models"]) == {
         "vae_mixture",
@@ -86,3 +99,25 @@ def test_sample_quality_scores_every_model_against_held_out_records(
         # from each other, by many standard errors
         assert mmd["mmd2"] - floor["mmd2"] > 4 * (mmd["se"] + floor["se"])
     assert (out.parent / report["plots"]["fig5_4"]).stat().st_size > 1000
+
+
+@pytest.mark.in_default_run  # no training: refused before any work
+def test_records_go_with_sample_quality_only(tmp_path: Path) -> None:
+    out = tmp_path / "dpgm.json"
+    result = CliRunner().invoke(
+        app, ["bench", "dpgm", "--records", "1000", "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "--records goes with --sample-quality" in result.output
+    assert not out.exists()
+
+
+def test_more_images_than_the_data_set_holds_are_refused() -> None:
+    from fedleak.bench.dpgm import _binary_images
+    from fedleak.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"10,000,000 training images asked of"):
+        _binary_images(False, print, 10_000_000)
+    _, x, y, _ = _binary_images(True, print, 500)
+    assert x.shape[0] == 500 == y.shape[0]
+    assert set(np.unique(x)) <= {0.0, 1.0}

@@ -82,12 +82,19 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
     # the property simulation's model diverges under this noise: no AUC is
     # scored from NaN updates, and the row says why
     assert dp["property_auc"] is None and "diverged" in dp["property_note"]
+    assert dp["property_auc_whole_update"] is None
+    # the whole-update attack ran on the same rounds: it sees the other
+    # layers' updates, which a 1% top-k share cuts
+    assert shared["property_auc_whole_update"] < full["property_auc_whole_update"]
     for row in report["rows"]:
         if row is not dp:
             assert 0.0 <= row["property_auc"] <= 1.0
+            assert 0.5 < row["property_auc_whole_update"] <= 1.0
             assert row["property_note"] is None
         assert row["property_auc_dp_aware"] is None  # record-level DP rows only
+        assert row["property_auc_whole_update_dp_aware"] is None
         assert "model_auc" in row and "model_accuracy" in row
+    assert "random forest" in report["property_features_whole_update"]
     # Table 7.5's denominator: a batch's gradient is partly zero (the rows
     # of absent words), so shares above its density drop nothing
     assert 0.05 < report["setup"]["update_density"] < 0.95
@@ -123,6 +130,7 @@ def _stubbed_row(table: str, setting: object) -> dict[str, object]:
         "membership_precision": None,
         "membership_recall": 0.0,
         "property_auc": 0.6,
+        "property_auc_whole_update": 0.7,
         "model_accuracy": 0.8,
         "model_auc": 0.9,
         "record_epsilon": None,

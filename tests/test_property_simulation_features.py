@@ -95,10 +95,42 @@ def test_non_finite_observed_features_are_refused_by_name():
     from fedleak.errors import DataError
 
     rounds = SimpleNamespace(
-        features="embedding",
-        aux_x=[np.zeros(3), np.ones(3)] * 4,
+        features=("embedding",),
+        aux_x={"embedding": [np.zeros(3), np.ones(3)] * 4},
         aux_y=[0, 1] * 4,
     )
     observed = [np.ones(3), np.array([1.0, np.inf, 0.0]), np.zeros(3)]
     with pytest.raises(DataError, match="1 of 3 observed updates"):
-        sim._property_auc(rounds, observed, [1, 0, 1], 0)  # type: ignore[arg-type]
+        sim._property_auc(rounds, "embedding", observed, [1, 0, 1], 0)  # type: ignore[arg-type]
+
+
+def test_a_string_is_not_a_sequence_of_feature_sets():
+    from fedleak.attacks.property.simulation import simulate_property_attacks
+
+    nothing: Any = None
+    for bad in ("max", (), ("max", "words")):
+        with pytest.raises(ConfigError, match="features"):
+            simulate_property_attacks(
+                nothing, np.zeros(0, bool), nothing, rounds=1, seed=0, features=bad
+            )
+
+
+def test_both_classifiers_score_the_same_rounds():
+    """One simulation with two feature sets gives each the AUC its own run gives."""
+    from fedleak.attacks.membership.simulation import MembershipSetup
+    from fedleak.attacks.property.simulation import simulate_property_attacks
+
+    from fedleak.bench.defenses import _dataset
+
+    data, top = _dataset(True, 0, 0.2)
+    setup = MembershipSetup(
+        model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=10, epochs=1
+    )
+    both = simulate_property_attacks(
+        data, top, setup, rounds=12, seed=3, features=("embedding", "max")
+    )
+    assert set(both) == {"embedding", "max"}
+    for kind in both:
+        alone = simulate_property(data, top, setup, rounds=12, seed=3, features=kind)
+        assert both[kind] == alone
+    assert both["embedding"] != both["max"]

@@ -748,6 +748,50 @@ def test_fig_5_4_rule_orders_the_mixtures_by_sample_mmd(vae, rbm, verdict):
         )
 
 
+def test_fig_5_4_rule_judges_the_largest_sample_record():
+    claim = _claim("000 Fig. 5.4")
+    small = _samples(0.035, 0.013)  # 6,000 records: the RBM closer
+    large = {**_samples(0.010, 0.020), "records": 58000}
+    records: dict[str, Any] = {
+        "dpgm": {"fig_5_4": {"epochs": 3, "records": 6000, "models": {}}},
+        "dpgm-samples": {"fig_5_4": small},
+        "dpgm-samples-58000": {"fig_5_4": large},
+        "dpgm-size": {"fig_5_5_size": {}},  # not a sample record
+    }
+    finding = assess(claim, records)
+    assert finding.verdict == "reproduced"
+    assert finding.reason.startswith(
+        "VAE mixture's samples closer to real records by 0.0100 (> 2 SE = 0.0057)"
+    )
+    assert finding.scale == "20 epochs, 58,000 records"
+    assert finding.reason.endswith(
+        "; at 6,000 records VAE mixture 0.0350 vs RBM mixture 0.0130"
+    )
+    # the order of the names does not matter, the sizes do
+    records["dpgm-samples-58000"], records["dpgm-samples"] = (
+        records["dpgm-samples"],
+        records["dpgm-samples-58000"],
+    )
+    assert assess(claim, records).scale == "20 epochs, 58,000 records"
+    # a smaller record without its quality figures is not cited
+    del small["models"]["rbm_mixture"]
+    assert "at 6,000 records" not in assess(claim, records).reason
+    # within 2 SE, the reason still gives the direction
+    close = {**_samples(0.0052, 0.0098, se=0.0017), "records": 58000}
+    records["dpgm-samples"] = {"fig_5_4": close}
+    finding = assess(claim, records)
+    assert finding.verdict == "partly"
+    assert finding.reason.startswith(
+        "VAE and RBM mixtures within 2 SE = 0.0048 of each other (VAE mixture "
+        "lower by 0.0046: the seed's order)"
+    )
+    records["dpgm-samples"] = {"fig_5_4": {**_samples(0.0098, 0.0052, se=0.0017)}}
+    records["dpgm-samples"]["fig_5_4"]["records"] = 58000
+    assert "(VAE mixture higher by 0.0046: the reverse of the seed's)" in (
+        assess(claim, records).reason
+    )
+
+
 def _membership(precisions: list[float], accuracy: float, rounds: list[int]) -> Any:
     batches = [100, 200, 500, 1000, 2000]
     rows = [

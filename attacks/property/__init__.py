@@ -12,7 +12,8 @@ Modules (Flower-free):
     The text analogue on real short texts (Debian fortunes).
 ``simulation``
     Two-party synchronized SGD in one process with the passive attack on
-    embedding gradients (the target optionally defended, Ch. 7.3).
+    its updates, several classifiers on the same rounds (the target
+    optionally defended, Ch. 7.3).
 ``scoring``
     Offline scoring of a finished Flower run from the adversary's
     observation log and the target's truth.
@@ -50,6 +51,7 @@ _WHERE = {
     "run_text_property_attack": "text",
     "score_series": "classifier",
     "simulate_property": "simulation",
+    "simulate_property_attacks": "simulation",
     "single_batch_auc": "classifier",
     "summed_batch_gradient": "gradients",
 }

@@ -19,6 +19,8 @@ observed updates (:data:`FEATURES`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from fedleak.attacks.membership.embedding import contribution_scale
@@ -35,7 +37,12 @@ from fedleak.training import batch_gradient, set_arrays
 
 from .classifier import BatchPropertyClassifier, gradient_features, single_batch_auc
 
-__all__ = ["FEATURES", "property_features", "simulate_property"]
+__all__ = [
+    "FEATURES",
+    "property_features",
+    "simulate_property",
+    "simulate_property_attacks",
+]
 
 #: Feature sets of the batch property classifier (Ch. 7.1.4):
 #: ``"embedding"`` -- the seed's attack on embedding-layer gradients: the
@@ -112,11 +119,20 @@ def _others_update(
 
 
 def _check_property_arguments(
-    data: TextDataset, has_property: np.ndarray, aux_batches: int, features: str
+    data: TextDataset,
+    has_property: np.ndarray,
+    aux_batches: int,
+    features: Sequence[str],
 ) -> None:
     """Refuse :func:`simulate_property`'s bad arguments (see its Raises)."""
-    if features not in FEATURES:
-        raise ConfigError(f"features must be one of {FEATURES}, got {features!r}")
+    if isinstance(features, str) or not features:
+        raise ConfigError(
+            f"features must be a sequence of one or more of {FEATURES}, "
+            f"got {features!r}"
+        )
+    for kind in features:
+        if kind not in FEATURES:
+            raise ConfigError(f"features must be one of {FEATURES}, got {kind!r}")
     if aux_batches < 1:
         raise ConfigError(f"aux_batches must be >= 1, got {aux_batches}")
     if has_property.shape != (data.x_train.shape[0],):
@@ -130,7 +146,7 @@ class _PropertyRounds:
     round and the server's noise from ``noise_rng``; a random share
     selection's coordinates from ``selection_rng``. The auxiliary examples
     the adversary computes (lines 6-9 of Alg. 7) accumulate in
-    :attr:`aux_x` and :attr:`aux_y`.
+    :attr:`aux_x` (one list per feature set) and :attr:`aux_y`.
     """
 
     def __init__(
@@ -142,7 +158,7 @@ class _PropertyRounds:
         rngs: tuple[np.random.Generator, np.random.Generator, np.random.Generator],
         *,
         aux_batches: int,
-        features: str,
+        features: Sequence[str],
         emulate_defenses: bool,
     ) -> None:
         self.x, self.y = inputs
@@ -151,9 +167,9 @@ class _PropertyRounds:
         self.pools = pools
         self.batch_rng, self.noise_rng, self.selection_rng = rngs
         self.aux_batches = aux_batches
-        self.features = features
+        self.features = tuple(features)
         self.emulate_defenses = emulate_defenses
-        self.aux_x: list[np.ndarray] = []
+        self.aux_x: dict[str, list[np.ndarray]] = {k: [] for k in self.features}
         self.aux_y: list[int] = []
 
     def _pick(self, role: str, prop: bool) -> torch.Tensor:
@@ -203,7 +219,8 @@ class _PropertyRounds:
                     )
                 else:
                     g_aux, _, _ = batch_gradient(self.model, self.x[aux], self.y[aux])
-                self.aux_x.append(property_features(g_aux, self.features))
+                for kind in self.features:
+                    self.aux_x[kind].append(property_features(g_aux, kind))
                 self.aux_y.append(int(aux_prop))
 
     def step(
@@ -226,12 +243,13 @@ class _PropertyRounds:
 
 def _property_auc(
     rounds: _PropertyRounds,
+    features_kind: str,
     observed: list[np.ndarray],
     truth: list[int],
     seed: int,
 ) -> float:
     """Fit the batch property classifier on the auxiliary examples; score the rest."""
-    kind = "random-forest" if rounds.features == "max" else "logistic"
+    kind = "random-forest" if features_kind == "max" else "logistic"
     features = np.stack(observed)
     if not np.isfinite(features).all():
         bad = int((~np.isfinite(features).all(axis=1)).sum())
@@ -240,23 +258,27 @@ def _property_auc(
             "(the others' gradient could not be read from the model change)"
         )
     classifier = BatchPropertyClassifier(kind=kind, random_state=seed)
-    classifier.fit(np.stack(rounds.aux_x), np.asarray(rounds.aux_y))
+    classifier.fit(np.stack(rounds.aux_x[features_kind]), np.asarray(rounds.aux_y))
     scores = classifier.predict_proba(features)[:, 1]
     return float(single_batch_auc(np.asarray(truth), scores))
 
 
-def simulate_property(
+def simulate_property_attacks(
     data: TextDataset,
     has_property: np.ndarray,
     setup: MembershipSetup,
     *,
     rounds: int,
     seed: int,
+    features: Sequence[str],
     aux_batches: int = 1,
-    features: str = "bow",
     emulate_defenses: bool = False,
-) -> float:
-    """Single-batch property inference AUC in two-party synchronized SGD.
+) -> dict[str, float]:
+    """Single-batch property inference AUCs of several classifiers on one run.
+
+    Every classifier (:data:`FEATURES`) sees the same rounds: the same
+    batches, the same observed updates and the same auxiliary gradients, so
+    their AUCs differ by the features alone.
 
     Parameters
     ----------
@@ -270,12 +292,12 @@ def simulate_property(
         Rounds (even rounds: property batches of the target).
     seed : int
         Seeds the split, model, batches and noise.
+    features : sequence of {"embedding", "max", "bow"}
+        The classifiers' features and models (:data:`FEATURES`), at least one.
     aux_batches : int, default=1
         Auxiliary batches of each kind the adversary differentiates per
         round (Alg. 7, lines 6-9): the training set of ``f_prop`` has
         ``2 * aux_batches * rounds`` examples.
-    features : {"embedding", "max", "bow"}, default="bow"
-        The classifier's features and model (:data:`FEATURES`).
     emulate_defenses : bool, default=False
         The adversary computes its auxiliary gradients with the target's
         defenses (its DP noise, top fraction, vocabulary, dropout), as it
@@ -284,14 +306,16 @@ def simulate_property(
 
     Returns
     -------
-    float
-        ROC AUC of the adversary's scores of the target's observed updates.
+    dict of str to float
+        For each feature set, the ROC AUC of the adversary's scores of the
+        target's observed updates.
 
     Raises
     ------
     ConfigError
-        If ``aux_batches < 1``, ``features`` is unknown, ``has_property``
-        does not match the records or a property pool is smaller than a batch.
+        If ``aux_batches < 1``, ``features`` is empty or names an unknown
+        set, ``has_property`` does not match the records or a property pool
+        is smaller than a batch.
     DataError
         If the joint model diverges (a defense's noise can make it): the
         updates are then NaN and any score of them would be an artefact.
@@ -318,18 +342,52 @@ def simulate_property(
         features=features,
         emulate_defenses=emulate_defenses,
     )
-    observed: list[np.ndarray] = []
+    observed: dict[str, list[np.ndarray]] = {k: [] for k in run.features}
     truth: list[int] = []
     for t in range(rounds):
         set_arrays(model, params)
         prop = t % 2 == 0
         g_target, g_adv = run.gradients(prop)
         new = run.step(params, [g_target, g_adv], t + 1)
-        observed.append(
-            property_features(
-                _others_update(params, new, g_adv, setup.learning_rate), features
-            )
-        )
+        others = _others_update(params, new, g_adv, setup.learning_rate)
+        for kind in run.features:
+            observed[kind].append(property_features(others, kind))
         truth.append(int(prop))
         params = new
-    return _property_auc(run, observed, truth, seed)
+    return {
+        kind: _property_auc(run, kind, observed[kind], truth, seed)
+        for kind in run.features
+    }
+
+
+def simulate_property(
+    data: TextDataset,
+    has_property: np.ndarray,
+    setup: MembershipSetup,
+    *,
+    rounds: int,
+    seed: int,
+    aux_batches: int = 1,
+    features: str = "bow",
+    emulate_defenses: bool = False,
+) -> float:
+    """Single-batch property inference AUC in two-party synchronized SGD.
+
+    :func:`simulate_property_attacks` with one feature set (``features``,
+    default ``"bow"``); see it for the parameters and errors.
+
+    Returns
+    -------
+    float
+        ROC AUC of the adversary's scores of the target's observed updates.
+    """
+    return simulate_property_attacks(
+        data,
+        has_property,
+        setup,
+        rounds=rounds,
+        seed=seed,
+        features=(features,),
+        aux_batches=aux_batches,
+        emulate_defenses=emulate_defenses,
+    )[features]

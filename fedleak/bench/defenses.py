@@ -21,7 +21,14 @@ so the utility columns are those of a trained model. Each row reports
   of each kind from its own users, and a logistic regression on the size
   of every word row's update of the embedding layer (the seed's classifier
   for embedding-layer attacks, Ch. 7.1.4; :data:`PROPERTY_FEATURES`) scores
-  the target's observed updates. The home area is a latent trait of the
+  the target's observed updates. On the same rounds a second classifier,
+  a random forest on the global max pooling of every layer's observed update
+  (the seed's classifier for every other property attack, Ch. 7.1.5;
+  :data:`WHOLE_UPDATE_FEATURES`), gives ``property_auc_whole_update``: the
+  seed does not say which of the two its CSI tables used, and they answer
+  Table 7.5 differently (a top-k share keeps the rows of the batch's words,
+  the embedding attack's whole signal, but cuts the other layers' updates).
+  The home area is a latent trait of the
   user, not a function of the tokens: :data:`HOME_FRACTION` (50%) of a
   user's check-ins are drawn in the home area, the rest city-wide, so a
   venue of area 0 in a batch is evidence, not proof (the undefended AUC is
@@ -84,7 +91,7 @@ from fedleak.attacks.membership.simulation import (
     inputs_and_model,
     simulate_membership,
 )
-from fedleak.attacks.property.simulation import simulate_property
+from fedleak.attacks.property.simulation import simulate_property_attacks
 from fedleak.data.checkins import checkin_users, synthetic_checkin_task
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
@@ -154,6 +161,12 @@ embedding update alone ignores magnitudes, which made Table 7.5 flat and
 record-level DP look like it defeats property inference (every row moves
 under DP noise, so the bag is constant)."""
 
+WHOLE_UPDATE_FEATURES: Final = "max"
+"""Features of the second property classifier, run on the same rounds: the
+seed's classifier for every property attack other than those on
+embedding-layer gradients (Ch. 7.1.5: global max pooling of the observed
+update of every layer, random forest of 50 trees)."""
+
 TABLES: tuple[str, ...] = (
     "vocabulary",
     "share_fraction",
@@ -197,7 +210,7 @@ def _dataset(
     return data, top_region
 
 
-def _property_auc(
+def _property_aucs(
     data: TextDataset,
     top_region: np.ndarray,
     setup: MembershipSetup,
@@ -205,22 +218,23 @@ def _property_auc(
     seed: int,
     *,
     emulate: bool,
-) -> tuple[float | None, str | None]:
-    """Return the property AUC, or None and why when the joint model diverged."""
+) -> tuple[dict[str, float | None], str | None]:
+    """Return both classifiers' AUCs by feature set (Nones and why if diverged)."""
+    kinds = (PROPERTY_FEATURES, WHOLE_UPDATE_FEATURES)
     try:
-        auc = simulate_property(
+        aucs = simulate_property_attacks(
             data,
             top_region,
             setup,
             rounds=rounds,
             seed=seed,
             aux_batches=AUX_BATCHES,
-            features=PROPERTY_FEATURES,
+            features=kinds,
             emulate_defenses=emulate,
         )
     except DataError as err:  # the defense's noise made the model diverge
-        return None, str(err)
-    return auc, None
+        return dict.fromkeys(kinds), str(err)
+    return {k: aucs[k] for k in kinds}, None
 
 
 def _row(
@@ -235,15 +249,15 @@ def _row(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     outcome: SimulationOutcome = simulate_membership(data, setup, seed=seed)
-    auc, note = _property_auc(
+    aucs, note = _property_aucs(
         data, top_region, setup, property_rounds, seed, emulate=False
     )
     # Alg. 7 trains f_prop on the adversary's plain gradients; under DP noise
     # a DP-aware adversary would add the same noise to them (emulation)
     emulated = (
-        _property_auc(data, top_region, setup, property_rounds, seed, emulate=True)[0]
+        _property_aucs(data, top_region, setup, property_rounds, seed, emulate=True)[0]
         if table == "record_dp"
-        else None
+        else dict.fromkeys(aucs)
     )
     return {
         "table": table,
@@ -254,9 +268,11 @@ def _row(
         ),
         "membership_recall": outcome.scores.recall,
         "mean_bag_size": outcome.scores.mean_bag_size,
-        "property_auc": auc,
+        "property_auc": aucs[PROPERTY_FEATURES],
+        "property_auc_whole_update": aucs[WHOLE_UPDATE_FEATURES],
         "property_note": note,
-        "property_auc_dp_aware": emulated,
+        "property_auc_dp_aware": emulated[PROPERTY_FEATURES],
+        "property_auc_whole_update_dp_aware": emulated[WHOLE_UPDATE_FEATURES],
         "model_accuracy": outcome.accuracy,
         "model_auc": outcome.auc,
         "record_epsilon": outcome.record_epsilon,
@@ -348,9 +364,10 @@ def _plot(path: Path, rows: list[dict[str, Any]], tables: Sequence[str]) -> None
             for key, marker in (
                 ("membership_precision", "o"),
                 ("property_auc", "s"),
+                ("property_auc_whole_update", "D"),
                 ("model_auc", "^"),
             ):
-                values = [np.nan if r[key] is None else r[key] for r in mine]
+                values = [np.nan if r.get(key) is None else r[key] for r in mine]
                 ax.plot(x, values, marker=marker, label=key)
             ax.set_xticks(x, labels, fontsize=7)
             ax.set_ylim(0, 1.05)
@@ -470,9 +487,10 @@ def _header(
             "source": data.source,
         },
         "property_features": _FEATURE_NAMES[PROPERTY_FEATURES],
+        "property_features_whole_update": _FEATURE_NAMES[WHOLE_UPDATE_FEATURES],
         "property_attack": (
-            "attacks/property/simulation.py (passive, Alg. 7, "
-            f"features {PROPERTY_FEATURES!r})"
+            "attacks/property/simulation.py (passive, Alg. 7, features "
+            f"{PROPERTY_FEATURES!r} and {WHOLE_UPDATE_FEATURES!r} on the same rounds)"
         ),
         "thesis": THESIS,
     }
@@ -484,7 +502,9 @@ def _say_row(say: ProgressFn, row: dict[str, Any]) -> None:
         f"{row['table']}={row['setting']}: membership precision "
         f"{fmt(row['membership_precision'])} recall "
         f"{row['membership_recall']:.3f}, property AUC "
-        f"{fmt(row['property_auc'])}, model AUC {row['model_auc']:.3f}"
+        f"{fmt(row['property_auc'])} (whole update "
+        f"{fmt(row['property_auc_whole_update'])}), model AUC "
+        f"{row['model_auc']:.3f}"
         + (f", epsilon {eps:.3g}" if eps is not None else "")
         + f" ({row['wall_s']:.1f} s)"
     )
@@ -599,7 +619,16 @@ def command(
         progress=say,
     )
     table = Table(
-        "defense", "setting", "MI P", "MI R", "prop AUC", "acc", "AUC", "eps", "s"
+        "defense",
+        "setting",
+        "MI P",
+        "MI R",
+        "prop AUC",
+        "whole upd.",
+        "acc",
+        "AUC",
+        "eps",
+        "s",
     )
     for row in report["rows"]:
         eps = row["record_epsilon"] or row["participant_epsilon"]
@@ -609,6 +638,7 @@ def command(
             fmt(row["membership_precision"]),
             fmt(row["membership_recall"]),
             fmt(row["property_auc"]),
+            fmt(row["property_auc_whole_update"]),
             fmt(row["model_accuracy"]),
             fmt(row["model_auc"]),
             fmt(eps),

@@ -749,7 +749,8 @@ def _random_share(records: Records) -> str:
     )
 
 
-def _table_7_5(records: Records) -> Finding:
+def _table_7_5_embedding(records: Records) -> Finding:
+    """Table 7.5 as the embedding-row attack of the main record answers it."""
     rows = _defense_rows(records, "share_fraction")
     shares = [float(r["setting"]) for r in rows]
     aucs = [float(r["property_auc"]) for r in rows]
@@ -796,6 +797,132 @@ def _table_7_5(records: Records) -> Finding:
     )
 
 
+WHOLE_UPDATE_AUC: Final = "property_auc_whole_update"
+"""Row key of the whole-update attack in ``bench defenses`` records (global
+max pooling of every layer's update, random forest: the seed's classifier
+for every property attack but those on embedding-layer gradients, Ch. 7.1.5),
+measured on the same rounds as ``property_auc`` (the embedding-row attack)."""
+
+WHOLE_UPDATE_NAME: Final = "whole-update attack (max pooling, random forest)"
+
+SEED_UNDEFENDED_SHARE_AUC: Final = 0.93
+"""Table 7.5's top-region AUC with every gradient shared: the strength of the
+property in the seed, against which a stand-in's strength is matched."""
+
+_RANK: Final = {"reproduced": 2, "partly": 1, "not reproduced": 0, "no record": -1}
+
+
+def _share_records(records: Records, key: str) -> list[tuple[float, Mapping[str, Any]]]:
+    """Return the records with Table 7.5 rows under ``key``, and their home fractions.
+
+    The main ``defenses`` record and every ``defenses-share-*`` one (the
+    property at another strength); a record lacking ``key`` in a row is left
+    out.
+    """
+    strengths = sorted(n for n in records if n.startswith(SHARE_STRENGTH_PREFIX))
+    names = ["defenses", *strengths]
+    found = []
+    for name in names:
+        rec = records.get(name, {})
+        rows = [r for r in rec.get("rows", []) if r.get("table") == "share_fraction"]
+        if len(rows) >= 2 and all(r.get(key) is not None for r in rows):
+            found.append((float(rec["setup"].get("home_fraction", math.nan)), rec))
+    return found
+
+
+def _whole_update_share(
+    records: Records,
+) -> tuple[Verdict, str, str, list[float]] | None:
+    """Judge Table 7.5 with the whole-update attack at the seed's strength.
+
+    Among the records with its AUCs (:func:`_share_records`), the one whose
+    AUC with everything shared is nearest the seed's 0.93
+    (:data:`SEED_UNDEFENDED_SHARE_AUC`): the property's strength is a free
+    parameter of the stand-in data, so it is matched to the seed's. Returns
+    the verdict, the reason, the series and that record's model accuracies;
+    None without such a record.
+    """
+    found = _share_records(records, WHOLE_UPDATE_AUC)
+    if not found:
+        return None
+
+    def distance(item: tuple[float, Mapping[str, Any]]) -> float:
+        rows = _share_rows(item[1]) or []
+        top = max(rows, key=lambda r: float(r["setting"]))
+        return abs(float(top[WHOLE_UPDATE_AUC]) - SEED_UNDEFENDED_SHARE_AUC)
+
+    home, rec = min(found, key=distance)
+    rows = sorted(
+        (r for r in rec["rows"] if r.get("table") == "share_fraction"),
+        key=lambda r: float(r["setting"]),
+    )
+    shares = [float(r["setting"]) for r in rows]
+    aucs = [float(r[WHOLE_UPDATE_AUC]) for r in rows]
+    rounds = int(rec["setup"]["property_rounds"])
+    at_seed = _seed_share_index(shares)
+    se_seed = _se_of_difference(aucs[-1], aucs[at_seed], rounds)
+    se = _se_of_difference(aucs[-1], aucs[0], rounds)
+    steady = monotone(aucs, increasing=True, tol=2 * se)
+    where = (
+        f"the {WHOLE_UPDATE_NAME} at home fraction {home:g}, where its AUC with "
+        f"everything shared ({_f(aucs[-1])}) is nearest the seed's 0.93"
+    )
+    if aucs[-1] - aucs[at_seed] > 2 * se_seed and steady:
+        verdict: Verdict = "reproduced"
+        how = (
+            f"falls by {_f(aucs[-1] - aucs[at_seed])} (> 2 SE = {_f(2 * se_seed)}) "
+            f"from 100% to {shares[at_seed]:g} shared (seed: 0.93 -> 0.84)"
+        )
+    elif aucs[-1] - aucs[0] > 2 * se and steady:
+        verdict = "partly"
+        how = (
+            f"falls by {_f(aucs[-1] - aucs[0])} (> 2 SE = {_f(2 * se)}) at "
+            f"{shares[0]:g}, but not within the seed's 10-100%"
+        )
+    else:
+        verdict = "not reproduced"
+        how = f"does not fall beyond 2 SE = {_f(2 * se)} as less is shared"
+    series = f"{_series(aucs)} at share {_series(shares)}"
+    model = _accuracies(rows, "model_accuracy")
+    return verdict, f"{where}: AUC {how}", series, model
+
+
+def _table_7_5(records: Records) -> Finding:
+    """Table 7.5 with both of the seed's classifiers (the better verdict rules).
+
+    The seed names no classifier for its CSI tables. The embedding-row attack
+    (:func:`_table_7_5_embedding`, the main record at its calibrated
+    strength) and the whole-update attack (:func:`_whole_update_share`) ran
+    on the same rounds; the verdict is the better of the two, its reason
+    names the attack behind it and gives the other's result beside it.
+    """
+    embedding = _table_7_5_embedding(records)
+    whole = _whole_update_share(records)
+    if whole is None:
+        return embedding
+    verdict, reason, series, accs = whole
+    verdict, reason = _gate(verdict, reason, accs)
+    fedleak = (
+        f"embedding-row attack: {embedding.fedleak}; {WHOLE_UPDATE_NAME}: {series}"
+    )
+    if _RANK[verdict] > _RANK[embedding.verdict]:
+        return Finding(
+            fedleak,
+            embedding.utility,
+            embedding.scale,
+            verdict,
+            f"{reason}; the embedding-row attack: {embedding.verdict}, "
+            f"{embedding.reason}",
+        )
+    return Finding(
+        fedleak,
+        embedding.utility,
+        embedding.scale,
+        embedding.verdict,
+        f"{embedding.reason}; {reason}",
+    )
+
+
 def _table_7_6(records: Records) -> Finding:
     rows = _defense_rows(records, "vocabulary")
     rows = rows[::-1]  # the full vocabulary (setting None) first, then falling N
@@ -825,28 +952,47 @@ def _table_7_6(records: Records) -> Finding:
     )
 
 
+def _dropout_verdict(
+    records: Records, aucs: Sequence[float], attack: str
+) -> tuple[Verdict, str]:
+    """Judge Table 7.7's rise of one attack's AUC with the dropout rate."""
+    rise = aucs[-1] - aucs[0]
+    se = _difference_se(records, aucs[-1], aucs[0])
+    if rise > 2 * se:
+        return "reproduced", (
+            f"{attack} AUC rises by {_f(rise)} (> 2 SE = {_f(2 * se)}) with dropout"
+        )
+    if rise >= -2 * se:
+        return "partly", (
+            f"dropout does not weaken the {attack}, but no rise beyond 2 SE = "
+            f"{_f(2 * se)} ({rise:+.3f})"
+        )
+    return "not reproduced", f"dropout weakens the {attack} by {_f(-rise)} (> 2 SE)"
+
+
 def _table_7_7(records: Records) -> Finding:
+    """Table 7.7 with both of the seed's classifiers (the better verdict rules).
+
+    The embedding-row attack (``property_auc``) and, where recorded, the
+    whole-update attack (:data:`WHOLE_UPDATE_AUC`) of the same rounds; the
+    reason names the attack behind the verdict first.
+    """
     rows = _defense_rows(records, "dropout")
     ps = [float(r["setting"]) for r in rows]
     aucs = [float(r["property_auc"]) for r in rows]
     model_auc = [float(r["model_auc"]) for r in rows]
-    rise = aucs[-1] - aucs[0]
-    se = _difference_se(records, aucs[-1], aucs[0])
-    if rise > 2 * se:
-        verdict: Verdict = "reproduced"
-        reason = f"attack AUC rises by {_f(rise)} (> 2 SE = {_f(2 * se)}) with dropout"
-    elif rise >= -2 * se:
-        verdict = "partly"
-        reason = (
-            f"dropout does not weaken the attack, but no rise beyond 2 SE = "
-            f"{_f(2 * se)} ({rise:+.3f})"
-        )
-    else:
-        verdict = "not reproduced"
-        reason = f"dropout weakens the attack by {_f(-rise)} (> 2 SE)"
+    verdict, reason = _dropout_verdict(records, aucs, "attack")
+    fedleak = f"property AUC {_series(aucs)}"
+    if all(r.get(WHOLE_UPDATE_AUC) is not None for r in rows):
+        whole = [float(r[WHOLE_UPDATE_AUC]) for r in rows]
+        other, why = _dropout_verdict(records, whole, WHOLE_UPDATE_NAME)
+        fedleak += f" ({WHOLE_UPDATE_NAME}: {_series(whole)})"
+        if _RANK[other] > _RANK[verdict]:
+            verdict, reason = other, f"{why}; embedding-row attack: {reason}"
+        else:
+            reason = f"embedding-row {reason}; {why}"
     return Finding(
-        f"property AUC {_series(aucs)}; model AUC {_series(model_auc)} at p "
-        f"{_series(ps, 1)}",
+        f"{fedleak}; model AUC {_series(model_auc)} at p {_series(ps, 1)}",
         _utility(_accuracies(rows, "model_accuracy"), "model acc"),
         _defenses_scale(records),
         verdict,
@@ -860,10 +1006,13 @@ def _ch_7_3_4(records: Records) -> Finding:
     mem = [float(r["membership_precision"]) for r in record_dp]
     prop = [r["property_auc"] for r in record_dp]
     aware = [r.get("property_auc_dp_aware") for r in record_dp]
+    keys = (WHOLE_UPDATE_AUC, f"{WHOLE_UPDATE_AUC}_dp_aware")
+    whole = [[r.get(k) for k in keys] for r in record_dp]
     best = [
-        max(v for v in (p, a) if v is not None) if (p, a) != (None, None) else 0.0
-        for p, a in zip(prop, aware, strict=True)
+        max((v for v in (p, a, *w) if v is not None), default=0.0)
+        for p, a, w in zip(prop, aware, whole, strict=True)
     ]
+    has_whole = any(v is not None for w in whole for v in w)
     bounds_membership = max(mem) <= 0.6
     keeps_property = min(best) >= 0.6
     if bounds_membership and keeps_property:
@@ -873,7 +1022,8 @@ def _ch_7_3_4(records: Records) -> Finding:
         verdict = "partly"
         reason = (
             "record-level DP stops membership; property AUC at most "
-            f"{_f(max(best))} (also for a DP-aware adversary), against the "
+            f"{_f(max(best))} (also for a DP-aware adversary"
+            f"{' and the whole-update attack' if has_whole else ''}), against the "
             "seed's 'does not prevent property inference' (a statement, not a "
             "measurement, in the seed)"
         )
@@ -885,6 +1035,11 @@ def _ch_7_3_4(records: Records) -> Finding:
         if any(a is not None for a in aware)
         else ""
     )
+    if has_whole:
+        aware_text += (
+            f"; {WHOLE_UPDATE_NAME} {_series([w[0] for w in whole])} "
+            f"(DP-aware {_series([w[1] for w in whole])})"
+        )
     return Finding(
         f"record DP: precision {_series(mem)}, property AUC {_series(prop)}"
         f"{aware_text}; participant DP: property AUC "
@@ -1223,15 +1378,43 @@ def _fig_5_3(records: Records) -> Finding:
     )
 
 
+SAMPLE_RECORD_PREFIX: Final = "dpgm-samples"
+"""Records of Fig. 5.4 alone (``bench dpgm --sample-quality [--records N]``)."""
+
+
+def _smaller_sample_run(fig: Mapping[str, Any]) -> str:
+    """Say the VAE / RBM mixtures' MMD^2 of a smaller Fig. 5.4 record."""
+    models = fig["models"]
+    vae, rbm = (
+        models.get(k, {}).get("sample_mmd2") for k in ("vae_mixture", "rbm_mixture")
+    )
+    if vae is None or rbm is None:
+        return ""
+    return (
+        f"; at {int(fig['records']):,} records VAE mixture {_f(vae['mmd2'], 4)} "
+        f"vs RBM mixture {_f(rbm['mmd2'], 4)}"
+    )
+
+
 def _fig_5_4(records: Records) -> Finding:
     """VAE vs RBM mixture by their samples' MMD^2 to held-out records.
 
-    The ``dpgm-samples`` record (``fedleak bench dpgm --sample-quality``, the
-    seed's 20 epochs) is read when it exists, else the main record's
-    Fig. 5.4 section. Lower MMD^2 is better; a difference counts when it
-    exceeds twice the combined standard error.
+    Of the ``dpgm-samples*`` records (``fedleak bench dpgm --sample-quality``,
+    the seed's 20 epochs; ``--records`` sets their size) the one with the
+    most training records is judged, the others' orders are cited beside it;
+    without one, the main record's Fig. 5.4 section. Lower MMD^2 is better;
+    a difference counts when it exceeds twice the combined standard error.
     """
-    fig = records.get("dpgm-samples", {}).get("fig_5_4") or records["dpgm"]["fig_5_4"]
+    figs = sorted(
+        (
+            rec["fig_5_4"]
+            for name, rec in records.items()
+            if name.startswith(SAMPLE_RECORD_PREFIX) and "fig_5_4" in rec
+        ),
+        key=lambda f: int(f["records"]),
+    )
+    fig = figs[-1] if figs else records["dpgm"]["fig_5_4"]
+    smaller = "".join(_smaller_sample_run(f) for f in figs[:-1])
     models = fig["models"]
     scale = f"{fig['epochs']} epochs, {fig['records']:,} records"
     vae, rbm = (
@@ -1275,10 +1458,14 @@ def _fig_5_4(records: Records) -> Finding:
         quiet_gap = quiet[1]["mmd2"] - quiet[0]["mmd2"]
         if gap < 0 and quiet_gap > 2 * math.hypot(quiet[0]["se"], quiet[1]["se"]):
             clusters += ", the seed's order: the DP noise reverses it"
+    clusters += smaller
     verdict: Verdict
     if gap > two_se:
         verdict = "reproduced"
-        reason = f"VAE mixture's samples closer to real records{clusters}"
+        reason = (
+            f"VAE mixture's samples closer to real records by {_f(gap, 4)} "
+            f"(> 2 SE = {_f(two_se, 4)}){clusters}"
+        )
     elif -gap > two_se:
         verdict = "not reproduced"
         reason = (
@@ -1287,9 +1474,11 @@ def _fig_5_4(records: Records) -> Finding:
         )
     else:
         verdict = "partly"
+        order = "the seed's order" if gap > 0 else "the reverse of the seed's"
         reason = (
-            f"VAE and RBM mixtures within 2 SE = {_f(two_se, 4)} of each other"
-            f"{clusters}"
+            f"VAE and RBM mixtures within 2 SE = {_f(two_se, 4)} of each other "
+            f"(VAE mixture {'lower' if gap > 0 else 'higher'} by "
+            f"{_f(abs(gap), 4)}: {order}){clusters}"
         )
     return Finding(
         shown,

@@ -1,0 +1,252 @@
+"""Rules of the reproduction table for the defenses of seed 000 Ch. 7.3.
+
+Tables 7.5 and 7.7 and Ch. 7.3.4 with both of the seed's property
+classifiers: the embedding-row attack (``property_auc``) and the whole-update
+attack (``property_auc_whole_update``), measured on the same rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from fedleak.bench.seed_claims import CLAIMS, assess, auc_standard_error
+
+SHARES = (0.003, 0.01, 0.1, 1.0)
+
+
+def _claim(row: str) -> Any:
+    return next(c for c in CLAIMS if c.row == row)
+
+
+def _two_se(a: float, b: float, rounds: int = 480) -> float:
+    half = rounds // 2
+    return 2 * math.hypot(
+        auc_standard_error(a, half, half), auc_standard_error(b, half, half)
+    )
+
+
+def _share_record(
+    home: float, embedding: list[float], whole: list[float] | None
+) -> dict[str, Any]:
+    rows = [
+        {
+            "table": "share_fraction",
+            "setting": s,
+            "property_auc": e,
+            "model_accuracy": 0.8,
+            "model_auc": 0.95,
+            "rounds": 100,
+            **({} if whole is None else {"property_auc_whole_update": whole[k]}),
+        }
+        for k, (s, e) in enumerate(zip(SHARES, embedding, strict=True))
+    ]
+    setup = {"num_train": 10, "property_rounds": 480, "home_fraction": home}
+    return {"rows": rows, "setup": setup}
+
+
+FLAT = [0.89, 0.87, 0.89, 0.90]
+
+
+def test_table_7_5_without_the_whole_update_attack_is_the_embedding_verdict():
+    records = {"defenses": _share_record(0.5, FLAT, None)}
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == "not reproduced"
+    assert finding.reason.startswith("flat: AUC 0.900 at 100%")
+    assert "whole-update" not in finding.fedleak + finding.reason
+
+
+def test_table_7_5_whole_update_attack_is_judged_at_the_seeds_strength():
+    # the main record's whole-update attack is saturated (0.999 at 100%) and
+    # barely falls; the 0.3 record's (0.95 at 100%) is nearest the seed's
+    # 0.93 and falls beyond 2 SE to the seed's 10%
+    records = {
+        "defenses": _share_record(0.5, FLAT, [0.94, 0.97, 0.996, 0.999]),
+        "defenses-share-0.3": _share_record(0.3, FLAT, [0.81, 0.87, 0.90, 0.95]),
+        "defenses-share-0.2": _share_record(0.2, FLAT, [0.63, 0.67, 0.79, 0.82]),
+    }
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == "reproduced"
+    assert finding.reason.startswith(
+        "the whole-update attack (max pooling, random forest) at home fraction "
+        "0.3, where its AUC with everything shared (0.950) is nearest the "
+        "seed's 0.93: AUC falls by 0.050 (> 2 SE = "
+        f"{_two_se(0.95, 0.90):.3f}) from 100% to 0.1 shared (seed: 0.93 -> 0.84)"
+    )
+    # the embedding-row attack's verdict and reason follow
+    assert "; the embedding-row attack: not reproduced, flat: AUC 0.900" in (
+        finding.reason
+    )
+    assert finding.fedleak.endswith(
+        "whole-update attack (max pooling, random forest): "
+        "0.810 / 0.870 / 0.900 / 0.950 at share 0.003 / 0.010 / 0.100 / 1.000"
+    )
+    assert finding.fedleak.startswith("embedding-row attack: property AUC 0.890")
+
+
+@pytest.mark.parametrize(
+    ("whole", "verdict", "words"),
+    [
+        ([0.80, 0.92, 0.93, 0.93], "partly", "falls by 0.130"),  # below 10% only
+        ([0.92, 0.92, 0.93, 0.93], "not reproduced", "does not fall beyond 2 SE"),
+        ([0.70, 0.95, 0.80, 0.93], "not reproduced", "does not fall"),  # unsteady
+    ],
+)
+def test_table_7_5_whole_update_verdicts(whole, verdict, words):
+    records = {"defenses": _share_record(0.5, FLAT, whole)}
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == verdict
+    if verdict == "partly":  # better than the embedding's: it comes first
+        assert finding.reason.startswith("the whole-update attack")
+        assert "but not within the seed's 10-100%" in finding.reason
+    else:  # not better: the embedding's reason comes first
+        assert finding.reason.startswith("flat: AUC 0.900 at 100%")
+    assert words in finding.reason
+
+
+def test_table_7_5_the_embedding_verdict_rules_when_it_is_better():
+    falls = [0.60, 0.80, 0.84, 0.93]
+    records = {"defenses": _share_record(0.5, falls, [0.93, 0.93, 0.93, 0.93])}
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert finding.verdict == "reproduced"
+    assert finding.reason.startswith("AUC falls by 0.090")
+    assert finding.reason.endswith(
+        "nearest the seed's 0.93: AUC does not fall beyond 2 SE = "
+        f"{_two_se(0.93, 0.93):.3f} as less is shared"
+    )
+
+
+def test_table_7_5_whole_update_on_an_undertrained_model_is_partly():
+    record = _share_record(0.3, FLAT, [0.81, 0.87, 0.90, 0.95])
+    for row in record["rows"]:
+        row["model_accuracy"] = 0.4
+    finding = assess(_claim("000 Table 7.5"), {"defenses": record})
+    assert finding.verdict == "partly"
+    assert "model test accuracy 0.40 < 0.6" in finding.reason
+
+
+def test_table_7_5_skips_records_missing_the_whole_update_attack():
+    partial = _share_record(0.3, FLAT, [0.81, 0.87, 0.90, 0.95])
+    partial["rows"][1]["property_auc_whole_update"] = None  # diverged there
+    records = {
+        "defenses": _share_record(0.5, FLAT, [0.98, 0.99, 0.99, 0.99]),
+        "defenses-share-0.3": partial,
+    }
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert "at home fraction 0.5" in finding.reason
+    assert "at home fraction 0.3," not in finding.reason
+
+
+def _dropout(embedding: list[float], whole: list[float] | None) -> dict[str, Any]:
+    rows = [
+        {
+            "table": "dropout",
+            "setting": p,
+            "property_auc": e,
+            "model_accuracy": 0.8,
+            "model_auc": 0.9,
+            "rounds": 100,
+            **({} if whole is None else {"property_auc_whole_update": whole[k]}),
+        }
+        for k, (p, e) in enumerate(zip((0.1, 0.5, 0.9), embedding, strict=True))
+    ]
+    setup = {"num_train": 10, "property_rounds": 480}
+    return {"defenses": {"rows": rows, "setup": setup}}
+
+
+@pytest.mark.parametrize(
+    ("embedding", "verdict", "start"),
+    [
+        ([0.89, 0.91, 0.96], "reproduced", "attack AUC rises by 0.070"),
+        ([0.90, 0.91, 0.91], "partly", "dropout does not weaken the attack"),
+        ([0.96, 0.93, 0.85], "not reproduced", "dropout weakens the attack by 0.110"),
+    ],
+)
+def test_table_7_7_embedding_rule(embedding, verdict, start):
+    finding = assess(_claim("000 Table 7.7"), _dropout(embedding, None))
+    assert finding.verdict == verdict
+    assert finding.reason.startswith(start)
+    assert finding.fedleak.startswith(f"property AUC {embedding[0]:.3f}")
+    assert "whole-update" not in finding.reason
+
+
+def test_table_7_7_names_both_attacks():
+    rising, falling = [0.89, 0.91, 0.96], [0.96, 0.95, 0.90]
+    finding = assess(_claim("000 Table 7.7"), _dropout(rising, falling))
+    assert finding.verdict == "reproduced"
+    assert finding.reason == (
+        f"embedding-row attack AUC rises by 0.070 (> 2 SE = "
+        f"{_two_se(0.96, 0.89):.3f}) with dropout; dropout weakens the "
+        "whole-update attack (max pooling, random forest) by 0.060 (> 2 SE)"
+    )
+    assert "(whole-update attack (max pooling, random forest): 0.960 / 0.950 / " in (
+        finding.fedleak
+    )
+    swapped = assess(_claim("000 Table 7.7"), _dropout(falling, rising))
+    assert swapped.verdict == "reproduced"
+    assert swapped.reason.startswith(
+        "whole-update attack (max pooling, random forest) AUC rises by 0.070"
+    )
+    assert swapped.reason.endswith(
+        "; embedding-row attack: dropout weakens the attack by 0.060 (> 2 SE)"
+    )
+
+
+def _dp(prop: list[float | None], whole: list[float | None] | None) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = [
+        {
+            "table": "record_dp",
+            "setting": s,
+            "membership_precision": 0.5,
+            "property_auc": p,
+            "property_auc_dp_aware": None,
+            "model_accuracy": 0.7,
+            "rounds": 100,
+            **(
+                {}
+                if whole is None
+                else {
+                    "property_auc_whole_update": whole[k],
+                    "property_auc_whole_update_dp_aware": 0.5,
+                }
+            ),
+        }
+        for k, (s, p) in enumerate(zip((0.5, 1.0, 4.0), prop, strict=True))
+    ]
+    rows.append(
+        {
+            "table": "participant_dp",
+            "setting": 1.0,
+            "property_auc": None,
+            "model_accuracy": 0.7,
+            "rounds": 100,
+        }
+    )
+    setup = {"num_train": 10, "property_rounds": 480}
+    return {"defenses": {"rows": rows, "setup": setup}}
+
+
+def test_ch_7_3_4_reads_the_whole_update_attack_too():
+    chance = [0.50, 0.49, 0.51]
+    alone = assess(_claim("000 Ch. 7.3.4"), _dp(chance, None))
+    assert alone.verdict == "partly"
+    assert "(also for a DP-aware adversary), against" in alone.reason
+    assert "whole-update" not in alone.fedleak
+    both = assess(_claim("000 Ch. 7.3.4"), _dp(chance, [0.48, 0.52, 0.50]))
+    assert both.verdict == "partly"
+    assert (
+        "property AUC at most 0.520 (also for a DP-aware adversary and the "
+        "whole-update attack)" in both.reason
+    )
+    assert (
+        "; whole-update attack (max pooling, random forest) 0.480 / 0.520 / 0.500 "
+        "(DP-aware 0.500 / 0.500 / 0.500)" in both.fedleak
+    )
+    # the whole-update attack survives DP at every noise: the seed's claim holds
+    kept = assess(_claim("000 Ch. 7.3.4"), _dp(chance, [0.70, 0.65, 0.61]))
+    assert kept.verdict == "reproduced"
+    # one noise level where no attack reaches 0.6 is enough to miss it
+    missed = assess(_claim("000 Ch. 7.3.4"), _dp(chance, [0.70, 0.65, None]))
+    assert missed.verdict == "partly"
