@@ -116,7 +116,7 @@ def _rounds(
             np.random.default_rng(11),
         ),
         aux_batches=aux_batches,
-        features=features,
+        features=(features,),
         emulate_defenses=emulate_defenses,
     )
     return run, params
@@ -274,7 +274,8 @@ def test_a_round_draws_the_target_batch_by_the_schedule_and_both_aux_kinds(
     assert [bool(h.all()) for h in has_marker] == [True, True, False, False]
     assert not any(h.any() for h in has_marker[2:])
     assert run.aux_y == [1, 1, 0, 0]
-    assert len(run.aux_x) == 4
+    assert list(run.aux_x) == ["bow"]
+    assert len(run.aux_x["bow"]) == 4
     assert set(g_target) == set(g_adv)
     assert EMBEDDING_KEY in g_target
 
@@ -300,12 +301,12 @@ def test_aux_features_are_the_chosen_features_of_the_aux_gradients(marker_task):
         width = sim.property_features(
             sim.batch_gradient(run.model, run.x[:4], run.y[:4])[0], features
         ).size
-        assert [a.shape for a in run.aux_x] == [(width,), (width,)]
+        assert [a.shape for a in run.aux_x[features]] == [(width,), (width,)]
     bow, _ = _rounds(data, flags, _setup(), features="bow")
     bow.gradients(False)
-    assert set(np.unique(np.stack(bow.aux_x))) <= {0.0, 1.0}
+    assert set(np.unique(np.stack(bow.aux_x["bow"]))) <= {0.0, 1.0}
     # a batch of 4 records of 6 tokens leaves most of the vocabulary untouched
-    assert (np.stack(bow.aux_x) == 0.0).any(axis=1).all()
+    assert (np.stack(bow.aux_x["bow"]) == 0.0).any(axis=1).all()
 
 
 def test_emulated_defenses_noise_the_aux_gradients_too(marker_task, monkeypatch):
@@ -319,12 +320,12 @@ def test_emulated_defenses_noise_the_aux_gradients_too(marker_task, monkeypatch)
     run, _ = _rounds(data, flags, setup, aux_batches=1, emulate_defenses=True)
     run.gradients(True)
     assert len(seen) == 1 + 2  # the target's upload and both aux batches
-    np.testing.assert_array_equal(np.stack(run.aux_x), 1.0)
+    np.testing.assert_array_equal(np.stack(run.aux_x["bow"]), 1.0)
     seen.clear()
     plain, _ = _rounds(data, flags, setup, aux_batches=1, emulate_defenses=False)
     plain.gradients(True)
     assert len(seen) == 1
-    assert (np.stack(plain.aux_x) == 0.0).any()
+    assert (np.stack(plain.aux_x["bow"]) == 0.0).any()
 
 
 def test_a_diverged_joint_model_is_refused_with_its_round(marker_task):
@@ -573,6 +574,7 @@ _DEFAULT = re.compile(r"^(\w+) : [^\n]*default=([^\n]+)$", re.MULTILINE)
     [
         text.run_text_property_attack,
         sim.simulate_property,
+        sim.simulate_property_attacks,
         scoring.analyse_run,
         clf_module.score_series,
         clf_module.gradient_features,
@@ -1411,11 +1413,13 @@ def test_noisy_simulations_replay_from_the_seed(marker_task, monkeypatch):
     runs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
     auc = sim._property_auc
 
-    def spy(rounds: Any, observed: list[np.ndarray], truth: Any, seed: int) -> float:
+    def spy(
+        rounds: Any, kind: str, observed: list[np.ndarray], truth: Any, seed: int
+    ) -> float:
         runs.append(
-            ([np.copy(a) for a in rounds.aux_x], [np.copy(o) for o in observed])
+            ([np.copy(a) for a in rounds.aux_x[kind]], [np.copy(o) for o in observed])
         )
-        return auc(rounds, observed, truth, seed)
+        return auc(rounds, kind, observed, truth, seed)
 
     monkeypatch.setattr(sim, "_property_auc", spy)
     for _ in range(2):

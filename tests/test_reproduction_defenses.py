@@ -250,3 +250,179 @@ def test_ch_7_3_4_reads_the_whole_update_attack_too():
     # one noise level where no attack reaches 0.6 is enough to miss it
     missed = assess(_claim("000 Ch. 7.3.4"), _dp(chance, [0.70, 0.65, None]))
     assert missed.verdict == "partly"
+
+
+# ------------------------------------------------ exact findings, thresholds
+def _scale() -> str:
+    return (
+        "100 training rounds, 480 property rounds, 10 records; per-word size "
+        "of the embedding update, logistic regression"
+    )
+
+
+def _fall_between(last: float, low: float, high: float, rounds: int = 480) -> float:
+    """An AUC whose fall to ``last`` lies strictly between low and high x 2 SE."""
+    target = (low + high) / 2
+    lo, hi = 0.5, last
+    for _ in range(200):
+        first = (lo + hi) / 2
+        if last - first > target * _two_se(last, first, rounds):
+            lo = first
+        else:
+            hi = first
+    return lo
+
+
+def _with_features(record: dict[str, Any]) -> dict[str, Any]:
+    record["property_features"] = (
+        "per-word size of the embedding update, logistic regression"
+    )
+    return record
+
+
+def test_table_7_5_whole_update_findings_word_for_word():
+    # a fall at the smallest share of 2.5 SE: partly (3 SE would not be)
+    first = _fall_between(0.93, 1.0, 1.5)
+    whole = [first, 0.92, 0.925, 0.93]
+    record = _with_features(_share_record(0.5, FLAT, whole))
+    record["rows"][-1]["model_accuracy"] = 0.9
+    se2 = _two_se(0.93, first)
+    finding = assess(_claim("000 Table 7.5"), {"defenses": record})
+    embedding = assess(
+        _claim("000 Table 7.5"),
+        {"defenses": _with_features(_share_record(0.5, FLAT, None))},
+    )
+    assert finding.verdict == "partly"
+    assert finding.utility == "model AUC 0.95"
+    assert finding.scale == _scale()
+    assert finding.fedleak == (
+        f"embedding-row attack: {embedding.fedleak}; whole-update attack (max "
+        f"pooling, random forest): {first:.3f} / 0.920 / 0.925 / 0.930 at share "
+        "0.003 / 0.010 / 0.100 / 1.000"
+    )
+    assert finding.reason == (
+        "the whole-update attack (max pooling, random forest) at home fraction "
+        "0.5, where its AUC with everything shared (0.930) is nearest the seed's "
+        f"0.93: AUC falls by {0.93 - first:.3f} (> 2 SE = {se2:.3f}) at 0.003, "
+        f"but not within the seed's 10-100%; the embedding-row attack: not "
+        f"reproduced, {embedding.reason}"
+    )
+    # a dip of 1.5 SE on the way is steady; 2.5 SE is not
+    dip = [first, 0.92, 0.93 - 0.75 * _two_se(0.93, 0.9), 0.93]
+    assert assess(
+        _claim("000 Table 7.5"), {"defenses": _share_record(0.5, FLAT, dip)}
+    ).verdict in {"partly", "reproduced"}
+    far = [first, 0.93, 0.93 - 1.25 * se2, 0.93]
+    assert assess(
+        _claim("000 Table 7.5"), {"defenses": _share_record(0.5, FLAT, far)}
+    ).reason.startswith("flat")
+
+
+def test_table_7_5_whole_update_reproduced_at_two_and_a_half_se():
+    at_seed = _fall_between(0.93, 1.0, 1.5)
+    whole = [at_seed - 0.05, at_seed - 0.01, at_seed, 0.93]
+    finding = assess(
+        _claim("000 Table 7.5"),
+        {"defenses": _with_features(_share_record(0.5, FLAT, whole))},
+    )
+    assert finding.verdict == "reproduced"
+    assert f"AUC falls by {0.93 - at_seed:.3f} (> 2 SE = " in finding.reason
+    assert f"{_two_se(0.93, at_seed):.3f}) from 100% to 0.1 shared" in (finding.reason)
+    embedding = assess(
+        _claim("000 Table 7.5"),
+        {"defenses": _with_features(_share_record(0.5, FLAT, None))},
+    )
+    assert finding.utility == embedding.utility
+    assert finding.scale == embedding.scale == _scale()
+
+
+def test_share_records_need_two_rows_and_read_a_missing_strength_as_nan():
+    from fedleak.bench.seed_claims import WHOLE_UPDATE_AUC, _share_records
+
+    two = _share_record(0.3, FLAT, [0.8, 0.85, 0.9, 0.95])
+    two["rows"] = two["rows"][2:]
+    one = _share_record(0.2, FLAT, [0.8, 0.85, 0.9, 0.95])
+    one["rows"] = one["rows"][3:]
+    nameless = _share_record(0.4, FLAT, [0.8, 0.85, 0.9, 0.95])
+    del nameless["setup"]["home_fraction"]
+    found = _share_records(
+        {
+            "defenses-share-0.3": two,
+            "defenses-share-0.2": one,
+            "defenses-share-x": nameless,
+        },
+        WHOLE_UPDATE_AUC,
+    )
+    assert [rec is two for _, rec in found] == [True, False]
+    assert found[0][0] == 0.3 and math.isnan(found[1][0])
+
+
+def test_table_7_7_findings_word_for_word():
+    rise = _fall_between(0.96, 1.0, 1.5)  # a rise of 2.5 SE from it to 0.96
+    record = _dropout([rise, 0.93, 0.96], [0.99, 0.98, 0.99])
+    record["defenses"]["rows"][0]["model_accuracy"] = 0.7
+    finding = assess(_claim("000 Table 7.7"), record)
+    assert finding.verdict == "reproduced"
+    assert finding.utility == "model acc 0.70-0.80"
+    assert finding.scale == (
+        "100 training rounds, 480 property rounds, 10 records; bag of words"
+    )
+    assert finding.fedleak == (
+        f"property AUC {rise:.3f} / 0.930 / 0.960 (whole-update attack (max "
+        "pooling, random forest): 0.990 / 0.980 / 0.990); model AUC 0.900 / "
+        "0.900 / 0.900 at p 0.1 / 0.5 / 0.9"
+    )
+    se2 = _two_se(0.99, 0.99)
+    assert finding.reason == (
+        f"embedding-row attack AUC rises by {0.96 - rise:.3f} (> 2 SE = "
+        f"{_two_se(0.96, rise):.3f}) with dropout; dropout does not weaken the "
+        f"whole-update attack (max pooling, random forest), but no rise beyond "
+        f"2 SE = {se2:.3f} (+0.000)"
+    )
+    # a fall of 2.5 SE weakens the attack; 1.5 SE does not
+    drop = _fall_between(0.96, 1.0, 1.5)
+    weaker = assess(_claim("000 Table 7.7"), _dropout([0.96, 0.95, drop], None))
+    assert weaker.verdict == "not reproduced"
+    slight = _fall_between(0.96, 0.7, 0.8)
+    kept = assess(_claim("000 Table 7.7"), _dropout([0.96, 0.95, slight], None))
+    assert kept.verdict == "partly"
+    # equal verdicts: the embedding-row attack's reason stays first
+    both = assess(_claim("000 Table 7.7"), _dropout([0.9, 0.9, 0.9], [0.9] * 3))
+    assert both.reason.startswith("embedding-row dropout does not weaken the attack")
+
+
+def _dp_rows(mem: float, best: list[float | None]) -> dict[str, Any]:
+    records = _dp(best, None)
+    for row in records["defenses"]["rows"]:
+        if row["table"] == "record_dp":
+            row["membership_precision"] = mem
+    return records
+
+
+def test_ch_7_3_4_findings_word_for_word():
+    records = _dp_rows(0.6, [0.6, 0.7, 0.65])  # both thresholds met exactly
+    records["defenses"]["rows"][-1]["model_accuracy"] = 0.5
+    records["defenses"]["rows"][-1]["property_auc"] = 0.55
+    records["defenses"]["rows"][0]["property_auc_dp_aware"] = 0.45
+    finding = assess(_claim("000 Ch. 7.3.4"), records)
+    assert finding.verdict == "reproduced"
+    assert finding.reason == "record-level DP stops membership, not property inference"
+    assert finding.utility == "model acc 0.50-0.70"
+    assert finding.scale == (
+        "100 training rounds, 480 property rounds, 10 records; bag of words"
+    )
+    assert finding.fedleak == (
+        "record DP: precision 0.600 / 0.600 / 0.600, property AUC 0.600 / 0.700 "
+        "/ 0.650 (DP-aware adversary 0.450 / n/a / n/a); participant DP: "
+        "property AUC 0.550"
+    )
+    leaks = assess(_claim("000 Ch. 7.3.4"), _dp_rows(0.61, [0.7, 0.7, 0.7]))
+    assert leaks.verdict == "not reproduced"
+    assert leaks.reason == "record-level DP leaves membership"
+    nothing = assess(_claim("000 Ch. 7.3.4"), _dp_rows(0.5, [None, None, None]))
+    assert nothing.verdict == "partly"
+    assert nothing.reason == (
+        "record-level DP stops membership; property AUC at most 0.000 (also for "
+        "a DP-aware adversary), against the seed's 'does not prevent property "
+        "inference' (a statement, not a measurement, in the seed)"
+    )

@@ -792,6 +792,97 @@ def test_fig_5_4_rule_judges_the_largest_sample_record():
     )
 
 
+def _fig_5_4_record(vae: float, rbm: float, **models: Any) -> dict[str, Any]:
+    fig = _samples(vae, rbm, se=0.00123)
+    fig["models"].update(models)
+    fig["quality"]["real_vs_real"]["mmd2"] = 0.00037
+    return {"dpgm": {"fig_5_4": {}}, "dpgm-samples": {"fig_5_4": fig}}
+
+
+def _mmd(value: float, se: float = 0.00051) -> dict[str, Any]:
+    return {"sample_mmd2": {"mmd2": value, "se": se}}
+
+
+def test_fig_5_4_findings_word_for_word():
+    claim = _claim("000 Fig. 5.4")
+    two_se = 2 * math.hypot(0.00123, 0.00123)
+    # RBM closer by 2.5 SE; DP-free mixtures in the seed's order by 2.5 SE
+    gap = 1.25 * two_se
+    records = _fig_5_4_record(
+        0.03456,
+        0.03456 - gap,
+        single_vae=_mmd(0.05678),
+        vae_mixture_nonprivate=_mmd(0.00111),
+        rbm_mixture_nonprivate=_mmd(0.00111 + 2.5 * math.hypot(0.00051, 0.00051)),
+    )
+    records["dpgm-samples"]["fig_5_4"]["models"]["vae_mixture"]["weights"] = [
+        0.5,
+        0.01,
+        0.0099,
+        0.4801,
+    ]
+    finding = assess(claim, records)
+    assert finding.verdict == "not reproduced"
+    assert finding.fedleak == (
+        "sample MMD^2 to held-out records: VAE mixture 0.0346, RBM mixture "
+        f"{0.03456 - gap:.4f}, single VAE 0.0568"
+    )
+    assert finding.utility == "real vs real MMD^2 0.0004 (the floor)"
+    assert finding.scale == "20 epochs, 6,000 records"
+    quiet_rbm = 0.00111 + 2.5 * math.hypot(0.00051, 0.00051)
+    assert finding.reason == (
+        f"RBM mixture's samples closer to real records by {gap:.4f} (> 2 SE = "
+        f"{two_se:.4f}); 1 of 4 private k-means clusters hold < 1% of the "
+        "records (both mixtures share them); nearly without DP noise (sigma_G "
+        f"= sigma_K = 0.001) VAE 0.0011 vs RBM {quiet_rbm:.4f}, the seed's "
+        "order: the DP noise reverses it"
+    )
+    # DP-free mixtures within 1.5 SE: no claim that the noise reverses it
+    models = records["dpgm-samples"]["fig_5_4"]["models"]
+    models["rbm_mixture_nonprivate"] = _mmd(
+        0.00111 + 1.5 * math.hypot(0.00051, 0.00051)
+    )
+    assert "reverses" not in assess(claim, records).reason
+    # and none where the private order is already the seed's
+    models["rbm_mixture_nonprivate"] = _mmd(0.0099)
+    models["rbm_mixture"] = _mmd(0.03456 + gap, 0.00123)
+    better = assess(claim, records)
+    assert better.verdict == "reproduced"
+    assert "reverses" not in better.reason
+    # 1.5 SE apart either way: partly
+    models["rbm_mixture"] = _mmd(0.03456 - 0.75 * two_se, 0.00123)
+    assert assess(claim, records).verdict == "partly"
+    models["rbm_mixture"] = _mmd(0.03456 + 0.75 * two_se, 0.00123)
+    assert assess(claim, records).verdict == "partly"
+    # no quality figure: the models are named
+    del models["rbm_mixture"]
+    bare = assess(claim, records)
+    assert bare == type(bare)(
+        "samples of rbm_mixture_nonprivate, single_vae, vae_mixture, "
+        "vae_mixture_nonprivate",
+        "no quality metric recorded",
+        "20 epochs, 6,000 records",
+        "partly",
+        "samples drawn; the record has no quality figure to order VAE vs RBM",
+    )
+
+
+def test_fig_5_4_cites_every_smaller_record():
+    claim = _claim("000 Fig. 5.4")
+    records = _fig_5_4_record(0.0052, 0.0098)
+    records["dpgm-samples"]["fig_5_4"]["records"] = 58000
+    for n in (3000, 6000):
+        small = _samples(0.03456, 0.01271)
+        small["records"] = n
+        records[f"dpgm-samples-{n}"] = {"fig_5_4": small}
+    records["dpgm-other"] = {"fig_5_4": {**_samples(0.1, 0.2), "records": 99000}}
+    reason = assess(claim, records).reason
+    assert reason.endswith(
+        "; at 3,000 records VAE mixture 0.0346 vs RBM mixture 0.0127"
+        "; at 6,000 records VAE mixture 0.0346 vs RBM mixture 0.0127"
+    )
+
+
 def _membership(precisions: list[float], accuracy: float, rounds: list[int]) -> Any:
     batches = [100, 200, 500, 1000, 2000]
     rows = [

@@ -373,8 +373,18 @@ def simulate_property(
 ) -> float:
     """Single-batch property inference AUC in two-party synchronized SGD.
 
-    :func:`simulate_property_attacks` with one feature set (``features``,
-    default ``"bow"``); see it for the parameters and errors.
+    :func:`simulate_property_attacks` with one feature set; see it for the
+    other parameters and the errors.
+
+    Parameters
+    ----------
+    features : {"embedding", "max", "bow"}, default="bow"
+        The classifier's features and model (:data:`FEATURES`).
+    aux_batches : int, default=1
+        Auxiliary batches of each kind per round (Alg. 7, lines 6-9).
+    emulate_defenses : bool, default=False
+        Whether the adversary computes its auxiliary gradients with the
+        target's defenses.
 
     Returns
     -------
