@@ -522,6 +522,27 @@ def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
     assert fake_ray == []
 
 
+def test_an_actor_that_answers_after_the_server_gave_up_opens_nothing(
+    fake_ray, tmp_path
+):
+    """Under load an actor can take the open call after the server's wait ran
+    out and its socket file is gone: it returns False, no error, no thread."""
+    before = {t.ident for t in threading.enumerate()}
+    gone = str(tmp_path / "removed.sock")
+    assert not actor_channels.serve_in_actor(Actor(), gone, b"t", app_fn, "this-node")
+    closed = tmp_path / "closed.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(closed))  # bound, never listening: the connect is refused
+    try:
+        assert not actor_channels.serve_in_actor(
+            Actor(), str(closed), b"t", app_fn, "this-node"
+        )
+    finally:
+        listener.close()
+    assert {t.ident for t in threading.enumerate()} == before
+    assert fake_ray == []
+
+
 def test_an_actor_on_another_node_keeps_rays_calls_quietly(fake_ray):
     def elsewhere(actor: Any, address: str, token: bytes, fn: Any, node: str) -> bool:
         assert node == "this-node"

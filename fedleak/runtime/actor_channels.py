@@ -163,15 +163,22 @@ def serve_in_actor(
     """Actor side (through ``__ray_call__``): connect and serve on a thread.
 
     Returns False (and opens nothing) when the actor is not on the server's
-    ``node``; True once connected and the serving thread started.
+    ``node``, or when the server stopped listening: an actor busy with a long
+    batch can take this call after the server's wait (``OPEN_TIMEOUT_S``)
+    ran out and its socket was removed; the server then keeps Ray's calls.
+    True once connected and the serving thread started.
     """
     import ray
 
     if ray.get_runtime_context().get_node_id() != node:
         return False
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(address)
-    sock.sendall(token)
+    try:
+        sock.connect(address)
+        sock.sendall(token)
+    except OSError:  # the server gave up on this channel (see above)
+        sock.close()
+        return False
     thread = threading.Thread(
         target=_serve, args=(actor, sock, app_fn), name="fedleak-channel", daemon=True
     )
