@@ -426,3 +426,50 @@ def test_ch_7_3_4_findings_word_for_word():
         "a DP-aware adversary), against the seed's 'does not prevent property "
         "inference' (a statement, not a measurement, in the seed)"
     )
+
+
+def test_table_7_5_partly_reads_the_fall_from_everything_shared():
+    # flat up to 1%, a fall only at the smallest share... read from 100%
+    whole = [0.80, 0.80, 0.93, 0.93]
+    finding = assess(
+        _claim("000 Table 7.5"), {"defenses": _share_record(0.5, FLAT, whole)}
+    )
+    assert finding.verdict == "partly"
+    assert "AUC falls by 0.130 (> 2 SE = " in finding.reason
+
+
+def test_table_7_5_keeps_the_embedding_finding_when_it_is_better():
+    falls = [0.60, 0.80, 0.84, 0.93]
+    plain = assess(
+        _claim("000 Table 7.5"), {"defenses": _share_record(0.5, falls, None)}
+    )
+    both = assess(
+        _claim("000 Table 7.5"),
+        {"defenses": _share_record(0.5, falls, [0.93, 0.93, 0.93, 0.93])},
+    )
+    assert both.verdict == plain.verdict == "reproduced"
+    assert both.utility == plain.utility == "model AUC 0.95"
+    assert both.scale == plain.scale
+    assert both.fedleak == (
+        f"embedding-row attack: {plain.fedleak}; whole-update attack (max "
+        "pooling, random forest): 0.930 / 0.930 / 0.930 / 0.930 at share "
+        "0.003 / 0.010 / 0.100 / 1.000"
+    )
+
+
+def test_ch_7_3_4_names_the_dp_aware_adversary_only_when_measured():
+    chance = [0.50, 0.49, 0.51]
+    both = assess(_claim("000 Ch. 7.3.4"), _dp(chance, [0.48, 0.52, 0.50]))
+    assert both.fedleak == (
+        "record DP: precision 0.500 / 0.500 / 0.500, property AUC 0.500 / 0.490 "
+        "/ 0.510; whole-update attack (max pooling, random forest) 0.480 / 0.520 "
+        "/ 0.500 (DP-aware 0.500 / 0.500 / 0.500); participant DP: property AUC "
+        "n/a"
+    )
+    records = _dp(chance, [0.48, 0.52, 0.50])
+    records["defenses"]["rows"][1]["property_auc_dp_aware"] = 0.47
+    aware = assess(_claim("000 Ch. 7.3.4"), records)
+    assert aware.fedleak.startswith(
+        "record DP: precision 0.500 / 0.500 / 0.500, property AUC 0.500 / 0.490 "
+        "/ 0.510 (DP-aware adversary n/a / 0.470 / n/a); whole-update attack"
+    )
