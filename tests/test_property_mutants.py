@@ -1521,3 +1521,62 @@ def test_a_random_share_selection_changes_no_other_draw(marker_task, monkeypatch
     assert picks["largest"] == picks["random"]
     assert noise["largest"] == noise["random"]
     assert len(picks["largest"]) > 6
+
+
+def test_a_random_share_replays_from_the_seed(marker_task, monkeypatch):
+    """The random choice of shared coordinates follows ``seed`` too: the
+    observed updates of two runs with one seed are equal."""
+    data, flags = marker_task
+    setup = _setup(
+        defenses=ClientDefenses(share_fraction=0.3, share_selection="random")
+    )
+    seen: list[list[np.ndarray]] = []
+    auc = sim._property_auc
+
+    def spy(
+        rounds: Any, kind: str, observed: list[np.ndarray], truth: Any, seed: int
+    ) -> float:
+        seen.append([np.copy(o) for o in observed])
+        return auc(rounds, kind, observed, truth, seed)
+
+    monkeypatch.setattr(sim, "_property_auc", spy)
+    for seed in (2, 2):
+        sim.simulate_property_attacks(
+            data, flags, setup, rounds=6, seed=seed, features=("max",)
+        )
+    for a, b in zip(*seen, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_adversary_does_not_emulate_the_defenses_by_default(marker_task):
+    data, flags = marker_task
+    setup = _setup(defenses=ClientDefenses(dp_noise_multiplier=1.0))
+
+    def auc(**kw: Any) -> dict[str, float]:
+        return sim.simulate_property_attacks(
+            data, flags, setup, rounds=6, seed=4, features=("embedding",), **kw
+        )
+
+    default = auc()
+    assert default == auc(emulate_defenses=False)
+    # emulated DP noise moves the aux rows: another classifier, other scores
+    assert default != auc(emulate_defenses=True)
+
+
+def test_every_non_finite_observation_is_counted_in_the_refusal():
+    from types import SimpleNamespace
+
+    from fedleak.errors import DataError
+
+    rounds = SimpleNamespace(
+        features=("max",),
+        aux_x={"max": [np.zeros(3), np.ones(3)] * 4},
+        aux_y=[0, 1] * 4,
+    )
+    observed = [np.ones(3), np.array([np.nan, 1.0, 0.0]), np.full(3, np.inf)]
+    message = (
+        "2 of 3 observed updates have non-finite features (the others' "
+        "gradient could not be read from the model change)"
+    )
+    with pytest.raises(DataError, match=re.escape(message)):
+        sim._property_auc(rounds, "max", observed, [1, 0, 1], 0)  # type: ignore[arg-type]
