@@ -353,7 +353,8 @@ def test_share_records_need_two_rows_and_read_a_missing_strength_as_nan():
         },
         WHOLE_UPDATE_AUC,
     )
-    assert [rec is two for _, rec in found] == [True, False]
+    assert [rec is two for _, rec, _ in found] == [True, False]
+    assert [len(rows) for _, _, rows in found] == [2, 4]
     assert found[0][0] == 0.3 and math.isnan(found[1][0])
 
 
@@ -472,4 +473,17 @@ def test_ch_7_3_4_names_the_dp_aware_adversary_only_when_measured():
     assert aware.fedleak.startswith(
         "record DP: precision 0.500 / 0.500 / 0.500, property AUC 0.500 / 0.490 "
         "/ 0.510 (DP-aware adversary n/a / 0.470 / n/a); whole-update attack"
+    )
+
+
+def test_table_7_5_matches_the_strength_by_the_auc_with_everything_shared():
+    # at 10% the 0.2 record is nearest 0.93; with everything shared, 0.4 is
+    records = {
+        "defenses": _share_record(0.5, FLAT, [0.95, 0.97, 0.99, 0.999]),
+        "defenses-share-0.2": _share_record(0.2, FLAT, [0.80, 0.85, 0.93, 0.99]),
+        "defenses-share-0.4": _share_record(0.4, FLAT, [0.80, 0.85, 0.97, 0.94]),
+    }
+    finding = assess(_claim("000 Table 7.5"), records)
+    assert "at home fraction 0.4, where its AUC with everything shared (0.940)" in (
+        finding.reason
     )

@@ -332,6 +332,11 @@ def _query_figure(
 _NEGLIGIBLE_SIGMA: Final = 1e-3
 
 
+#: Training records of ``--sample-quality`` by default (``--records``
+#: changes it): a tenth of MNIST's 60,000, the seed's data set.
+SAMPLE_QUALITY_RECORDS: Final = 6000
+
+
 def _fig_5_4(
     quick: bool,
     seed: int,
@@ -344,7 +349,7 @@ def _fig_5_4(
     from ..dpgm.estimator import DPGM
     from ..dpgm.quality import median_bandwidth, sample_mmd
 
-    train = records or (1500 if quick else 6000)
+    train = records or (1500 if quick else SAMPLE_QUALITY_RECORDS)
     held = 750 if quick else 1000
     name, images, _, public = _binary_images(quick, say, train + 2 * held)
     x = images[:train].astype(np.float32)
@@ -549,10 +554,6 @@ def _sample_grids_figure(fig_5_4: dict[str, Any], grids: dict[str, Any]) -> Any:
 #: Epochs of the seed's Fig. 5.4 models (seed 000 Sec. 5.3.2: 20 on MNIST).
 SAMPLE_QUALITY_EPOCHS: Final = 20
 
-#: Training records of ``--sample-quality`` by default (``--records``
-#: changes it): a tenth of MNIST's 60,000, the seed's data set.
-SAMPLE_QUALITY_RECORDS: Final = 6000
-
 
 def run_dpgm_sample_quality(
     out: Path,
@@ -590,7 +591,7 @@ def run_dpgm_sample_quality(
         say,
         epochs=epochs,
         nonprivate=True,
-        records=records or (None if quick else SAMPLE_QUALITY_RECORDS),
+        records=records,
         checkpoint=keep,
     )
     report.write()  # the figures are kept whatever happens to the plot

@@ -669,13 +669,15 @@ def _share_label(share: float) -> str:
     return "100%" if share == 1.0 else f"{share:g}"
 
 
-def _share_rows(rec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
-    """Return Table 7.5's rows of a record by share, or None if it has fewer than 2."""
+def _share_rows(
+    rec: Mapping[str, Any], key: str = "property_auc"
+) -> list[Mapping[str, Any]] | None:
+    """Return Table 7.5's rows of a record by share (None: < 2, or ``key`` missing)."""
     rows = sorted(
         (r for r in rec.get("rows", []) if r.get("table") == "share_fraction"),
         key=lambda r: float(r["setting"]),
     )
-    if len(rows) < 2 or any(r.get("property_auc") is None for r in rows):
+    if len(rows) < 2 or any(r.get(key) is None for r in rows):
         return None
     return rows
 
@@ -812,21 +814,23 @@ property in the seed, against which a stand-in's strength is matched."""
 _RANK: Final = {"reproduced": 2, "partly": 1, "not reproduced": 0, "no record": -1}
 
 
-def _share_records(records: Records, key: str) -> list[tuple[float, Mapping[str, Any]]]:
-    """Return the records with Table 7.5 rows under ``key``, and their home fractions.
+def _share_records(
+    records: Records, key: str
+) -> list[tuple[float, Mapping[str, Any], list[Mapping[str, Any]]]]:
+    """Return (home fraction, record, rows by share) of each Table 7.5 record.
 
-    The main ``defenses`` record and every ``defenses-share-*`` one (the
-    property at another strength); a record lacking ``key`` in a row is left
-    out.
+    Rows as :func:`_share_rows` gives them under ``key``. The main
+    ``defenses`` record and every ``defenses-share-*`` one (the property at
+    another strength); a record lacking ``key`` in a row is left out.
     """
     strengths = sorted(n for n in records if n.startswith(SHARE_STRENGTH_PREFIX))
-    names = ["defenses", *strengths]
     found = []
-    for name in names:
+    for name in ["defenses", *strengths]:
         rec = records.get(name, {})
-        rows = [r for r in rec.get("rows", []) if r.get("table") == "share_fraction"]
-        if len(rows) >= 2 and all(r.get(key) is not None for r in rows):
-            found.append((float(rec["setup"].get("home_fraction", math.nan)), rec))
+        rows = _share_rows(rec, key)
+        if rows is not None:
+            home = float(rec["setup"].get("home_fraction", math.nan))
+            found.append((home, rec, rows))
     return found
 
 
@@ -846,15 +850,11 @@ def _whole_update_share(
     if not found:
         return None
 
-    def distance(item: tuple[float, Mapping[str, Any]]) -> float:
-        rows = _share_rows(item[1]) or []
-        top = max(rows, key=lambda r: float(r["setting"]))
-        return abs(float(top[WHOLE_UPDATE_AUC]) - SEED_UNDEFENDED_SHARE_AUC)
-
-    home, rec = min(found, key=distance)
-    rows = sorted(
-        (r for r in rec["rows"] if r.get("table") == "share_fraction"),
-        key=lambda r: float(r["setting"]),
+    home, rec, rows = min(
+        found,
+        key=lambda item: abs(
+            float(item[2][-1][WHOLE_UPDATE_AUC]) - SEED_UNDEFENDED_SHARE_AUC
+        ),
     )
     shares = [float(r["setting"]) for r in rows]
     aucs = [float(r[WHOLE_UPDATE_AUC]) for r in rows]
