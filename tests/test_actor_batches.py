@@ -35,6 +35,7 @@ from fedleak.runtime.actor_batches import (
     SHARED_MIN_BYTES,
     Batch,
     Pace,
+    ReplyStore,
     batch_size,
     run_jobs,
     serve_messages,
@@ -445,6 +446,102 @@ def test_every_message_gets_its_reply_and_its_node_its_context(limit):
         assert max(pool.calls) <= limit
         assert len(pool.calls) < len(messages)  # fewer calls than messages
         assert pool.returned == len(pool.calls)  # the actor always goes back
+
+
+class Direct:
+    """A registered reply store: what it stored, how often it woke the Grid."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.stored: Queue[Message] = Queue()
+        self.wakes = 0
+        self.fails = fails
+
+    def store(self, reply: Message) -> None:
+        if self.fails:
+            raise RuntimeError("the LinkState refuses it")
+        self.stored.put(reply)
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+
+def _serve_direct(
+    messages: list[Message], limit: int, direct: Direct
+) -> tuple[list[Message], list[Message], Pool]:
+    """Run one worker with ``direct`` registered for its reply queue.
+
+    Returns the replies stored directly, those put in the queue, and the pool.
+    """
+    stores = {m.metadata.dst_node_id: Store(m.metadata.dst_node_id) for m in messages}
+    inbox: Queue[Message] = Queue()
+    outbox: Queue[Message] = Queue()
+    stop = threading.Event()
+    pool = Pool()
+    actor_batches.register_reply_store(outbox, ReplyStore(direct.store, direct.wake))
+    worker = threading.Thread(
+        target=serve_messages,
+        args=(inbox, outbox, stores, Backend(pool), stop, Metrics()),
+        kwargs={"limit": lambda: limit},
+    )
+    try:
+        worker.start()
+        for m in messages:
+            inbox.put(m)
+        deadline = time.monotonic() + 10
+        while direct.stored.qsize() + outbox.qsize() < len(messages):
+            assert time.monotonic() < deadline, "replies missing"
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+        actor_batches.register_reply_store(outbox, None)
+    assert not worker.is_alive()
+    as_list = lambda q: [q.get_nowait() for _ in range(q.qsize())]  # noqa: E731
+    return as_list(direct.stored), as_list(outbox), pool
+
+
+def test_a_batchs_replies_go_straight_to_the_registered_store_with_one_wake():
+    messages = [message(n, fail=n == 2) for n in range(1, 7)]
+    direct = Direct()
+    stored, queued, pool = _serve_direct(messages, 16, direct)
+    assert queued == []
+    assert sorted(r.metadata.reply_to_message_id for r in stored) == sorted(
+        m.metadata.message_id for m in messages
+    )
+    assert [r.has_error() for r in stored].count(True) == 1  # node 2's error too
+    assert direct.wakes == len(pool.calls) < len(messages)  # one wake a batch
+
+
+def test_flowers_one_message_calls_keep_the_reply_queue():
+    direct = Direct()
+    stored, queued, _ = _serve_direct([message(n) for n in range(1, 4)], 1, direct)
+    assert stored == [] and direct.wakes == 0
+    assert len(queued) == 3
+
+
+def test_a_reply_the_store_refuses_goes_to_the_queue():
+    direct = Direct(fails=True)
+    stored, queued, pool = _serve_direct([message(n) for n in range(1, 4)], 16, direct)
+    assert stored == [] and len(queued) == 3
+    assert direct.wakes == len(pool.calls)
+
+
+def test_without_a_registered_store_replies_go_to_the_queue():
+    replies, _, _ = serve([message(n) for n in range(1, 4)], Backend(Pool()), 16)
+    assert len(replies) == 3  # serve() reads them all from the queue
+
+
+def test_a_registration_is_per_queue_and_can_be_withdrawn():
+    a, b = Queue(), Queue()
+    store = ReplyStore(lambda m: None, lambda: None)
+    actor_batches.register_reply_store(a, store)
+    try:
+        assert actor_batches._reply_store_of(a) is store
+        assert actor_batches._reply_store_of(b) is None
+    finally:
+        actor_batches.register_reply_store(a, None)
+    assert actor_batches._reply_store_of(a) is None
+    actor_batches.register_reply_store(b, None)  # withdrawing nothing is harmless
 
 
 def test_the_handler_sees_its_own_copy_in_a_batch():

@@ -522,6 +522,51 @@ def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
     assert fake_ray == []
 
 
+def _granted(requested: int) -> int:
+    """What Linux reports for a socket buffer of ``requested`` bytes: the
+    request capped at ``net.core.wmem_max`` / ``rmem_max``, doubled."""
+    caps = [
+        int(Path(f"/proc/sys/net/core/{n}_max").read_text()) for n in ("wmem", "rmem")
+    ]
+    return 2 * min(requested, *caps)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/sys/net/core/wmem_max").exists(), reason="Linux's socket limits"
+)
+def test_widened_buffers_take_what_the_kernel_grants():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        actor_channels._widen_buffers(a)
+        expected = _granted(actor_channels.SOCKET_BUFFER_BYTES)
+        assert a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == expected
+        assert a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == expected
+
+
+def test_a_buffer_the_kernel_refuses_leaves_the_channel_as_it_was():
+    class Refusing:
+        def setsockopt(self, *args: Any) -> None:
+            raise OSError("not permitted")
+
+    actor_channels._widen_buffers(Refusing())  # type: ignore[arg-type]
+
+
+def test_both_ends_of_a_channel_widen_their_buffers(fake_ray, monkeypatch):
+    widened: list[socket.socket] = []
+    real = actor_channels._widen_buffers
+    monkeypatch.setattr(
+        actor_channels, "_widen_buffers", lambda s: (widened.append(s), real(s))
+    )
+    channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=TIMEOUT)
+    assert channel is not None
+    try:
+        assert len(widened) == 2  # the actor's end, then the server's
+        assert widened[1] is channel.sock
+        assert widened[0] is not channel.sock
+    finally:
+        channel.close()
+
+
 def test_an_actor_that_answers_after_the_server_gave_up_opens_nothing(
     fake_ray, tmp_path
 ):

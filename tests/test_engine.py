@@ -346,6 +346,35 @@ def test_a_stored_reply_wakes_the_grid():
             worker.join(timeout=10)
 
 
+def test_while_replies_are_stored_the_workers_may_store_theirs_directly():
+    """The reply thread registers a direct store into its LinkState (waking
+    the Grid) for the workers' batches, and withdraws it when it stops."""
+    from fedleak.runtime import actor_batches
+
+    state, queue, stop = FakeState(), Queue(), threading.Event()
+    with fast_engine(60.0):
+        worker = threading.Thread(
+            target=vce_api.put_message_into_state, args=(state, queue, stop)
+        )
+        worker.start()
+        try:
+            deadline = time.monotonic() + 10
+            while actor_batches._reply_store_of(queue) is None:
+                assert time.monotonic() < deadline, "no store registered"
+                time.sleep(0.005)
+            direct = actor_batches._reply_store_of(queue)
+            reply = Message(RecordDict(), reply_to=request(4))
+            engine._ENGINE.replied.clear()
+            direct.store(reply)
+            direct.wake()
+            assert engine._ENGINE.replied.is_set()
+            assert state.stored == [reply]
+        finally:
+            stop.set()
+            worker.join(timeout=10)
+    assert actor_batches._reply_store_of(queue) is None
+
+
 # ---------------------------------------------------------- reading arrays
 @pytest.mark.parametrize(
     "value",

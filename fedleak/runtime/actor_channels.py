@@ -65,6 +65,17 @@ __all__ = [
 OPEN_TIMEOUT_S = 30.0
 """Seconds an actor has to connect its channel before it keeps Ray's calls."""
 
+SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
+"""Send and receive buffer each end of a channel asks for (best effort).
+
+With Linux's default of 208 KiB a writer hands a secure round's 415 KB
+batch over in pieces, each waiting for the reader, which on 2 cores shares
+a CPU with the other, already computing, actor: one such write took 2.2 ms.
+With the larger buffer the upload exchange of the engine bench's secure
+round took 0.3-0.45 ms less (medians of 200 rounds each way, alternating
+round by round in one run). The kernel caps the request at twice
+``net.core.wmem_max`` / ``rmem_max``."""
+
 _LOG = logging.getLogger("flwr")
 _HEADER = struct.Struct("!Q")
 _TOKEN_BYTES = 32
@@ -78,6 +89,13 @@ def channels_supported() -> bool:
 
 class ChannelBroken(ConnectionError):
     """A channel's stream ended or failed (its actor died or it was closed)."""
+
+
+def _widen_buffers(sock: socket.socket) -> None:
+    """Ask for :data:`SOCKET_BUFFER_BYTES` of send and receive buffer (best effort)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
 
 
 def _send(sock: socket.socket, payload: bytes) -> None:
@@ -173,6 +191,7 @@ def serve_in_actor(
     if ray.get_runtime_context().get_node_id() != node:
         return False
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    _widen_buffers(sock)
     try:
         sock.connect(address)
         sock.sendall(token)
@@ -235,6 +254,7 @@ def open_channel(
     finally:
         listener.close()
         shutil.rmtree(folder, ignore_errors=True)
+    _widen_buffers(sock)
     try:
         sock.settimeout(timeout)
         proof = bytes(_recv_exact(sock, _TOKEN_BYTES))

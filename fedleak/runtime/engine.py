@@ -54,7 +54,12 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
-from .actor_batches import DEFAULT_ACTOR_BATCH, serve_messages
+from .actor_batches import (
+    DEFAULT_ACTOR_BATCH,
+    ReplyStore,
+    register_reply_store,
+    serve_messages,
+)
 from .lifecycle import RunControl, RunStopped, ray_address_in_use
 
 __all__ = [
@@ -310,14 +315,28 @@ def _wake_on_push(state: Any) -> None:
 
 
 def _store_replies(state: Any, queue: Queue[Message], f_stop: Any) -> None:
-    """Flower's ``put_message_into_state``, also waking the Grid."""
-    while not f_stop.is_set():
-        try:
-            reply = queue.get(timeout=1.0)
-        except Empty:
-            continue
-        state.store_message_res(reply)
-        _ENGINE.replied.set()
+    """Flower's ``put_message_into_state``, also waking the Grid.
+
+    While it runs, the workers store their batches' replies into ``state``
+    themselves and wake the Grid once a batch
+    (:func:`~fedleak.runtime.actor_batches.register_reply_store`); what comes
+    through ``queue`` (Flower's one-message calls) is stored here.
+    """
+    register_reply_store(queue, ReplyStore(state.store_message_res, _wake_grid))
+    try:
+        while not f_stop.is_set():
+            try:
+                reply = queue.get(timeout=1.0)
+            except Empty:
+                continue
+            state.store_message_res(reply)
+            _wake_grid()
+    finally:
+        register_reply_store(queue, None)
+
+
+def _wake_grid() -> None:
+    _ENGINE.replied.set()
 
 
 def actor_batch_in_use() -> int:
