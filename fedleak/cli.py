@@ -177,6 +177,7 @@ def _run_watched(
     ray_address: str | None,
     verbose: bool,
     control: RunControl,
+    rounds: int | None = None,
 ) -> RunOutcome:
     """Run (or resume) the experiment under the progress bar, stoppable by signals.
 
@@ -193,6 +194,7 @@ def _run_watched(
             if resume is not None:
                 return resume_experiment(
                     resume,
+                    rounds=rounds,
                     ray_address=ray_address,
                     verbose=verbose,
                     on_round=on_round,
@@ -272,6 +274,7 @@ def _run(
     ray_address: str | None,
     verbose: bool,
     resume: Path | None = None,
+    rounds: int | None = None,
 ) -> None:
     """Run or resume an experiment from the command line (``fedleak run``).
 
@@ -283,7 +286,19 @@ def _run(
             "--resume RUN_DIR goes on with that run's own config.toml; give no "
             "CONFIG, --out or --set with it"
         )
+    if rounds is not None and resume is None:
+        raise ConfigError(
+            "--rounds extends a run given with --resume RUN_DIR; for a new run "
+            "use --set rounds=N"
+        )
     config = _run_config(config_path, overrides, resume)
+    if rounds is not None and rounds < config.rounds:
+        raise ConfigError(
+            f"--rounds {rounds}: the run at {resume} already has {config.rounds} "
+            "rounds; give more to extend it"
+        )
+    if rounds is not None:
+        config = config.model_copy(update={"rounds": rounds})  # the bar's total
     from .experiments.runner import check_ray, preflight
     from .runtime.lifecycle import RunControl
     from .runtime.run_dir import make_run_dir
@@ -294,7 +309,7 @@ def _run(
         out = make_run_dir(config.name, out)
     started = time.perf_counter()
     control = RunControl()
-    outcome = _run_watched(config, out, resume, ray_address, verbose, control)
+    outcome = _run_watched(config, out, resume, ray_address, verbose, control, rounds)
     if outcome.results.get("status") == "interrupted":
         _report_interrupted(outcome, control)
     _report_finished(outcome, started)
@@ -325,6 +340,15 @@ def run(
             "(give its run directory instead of CONFIG).",
         ),
     ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            min=1,
+            help="With --resume: extend the run (completed or not) to this many "
+            "rounds.",
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -339,9 +363,10 @@ def run(
     Ctrl-C (SIGINT) or SIGTERM stops the run after the round in progress and
     writes model.npz and results.json ("status": "interrupted"); exit status
     130 or 143. fedleak run --resume RUN_DIR goes on from the last checkpoint
-    and ends with the numbers of an uninterrupted run.
+    and ends with the numbers of an uninterrupted run; with --rounds N it
+    extends a run, completed or not, to N rounds, as if started with N.
     """
-    _run(config, out, set_ or [], ray_address, verbose, resume)
+    _run(config, out, set_ or [], ray_address, verbose, resume, rounds)
 
 
 @app.command()

@@ -184,6 +184,19 @@ def test_sigkill_leaves_no_ray_process_behind(tmp_path):
     assert_no_process_left(proc.pid, within=10.0)
 
 
+def assert_same_run(whole: Path, other: Path) -> dict:
+    """Assert ``other`` ran ``whole``'s rounds and model exactly; return its results."""
+    a, b = strict_load(whole / "results.json"), strict_load(other / "results.json")
+    for row_a, row_b in zip(a["rounds"], b["rounds"], strict=True):
+        assert row_a["server"] == row_b["server"], row_a["round"]
+        assert row_a["train"] == row_b["train"], row_a["round"]
+    with np.load(whole / "model.npz") as ma, np.load(other / "model.npz") as mb:
+        assert ma.files == mb.files
+        for key in ma.files:
+            np.testing.assert_array_equal(ma[key], mb[key])
+    return b
+
+
 @pytest.mark.slow
 def test_resume_gives_exactly_the_uninterrupted_run(tmp_path):
     rounds = 60
@@ -200,21 +213,46 @@ def test_resume_gives_exactly_the_uninterrupted_run(tmp_path):
 
     resumed = fedleak("run", "--resume", str(parts), cwd=tmp_path, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    a, b = strict_load(whole / "results.json"), strict_load(parts / "results.json")
+    b = assert_same_run(whole, parts)
     assert b["status"] == "completed" and b["resumed_from"] == stopped
     assert len(b["rounds"]) == rounds
-    for row_a, row_b in zip(a["rounds"], b["rounds"], strict=True):
-        assert row_a["server"] == row_b["server"], row_a["round"]
-        assert row_a["train"] == row_b["train"], row_a["round"]
-    with np.load(whole / "model.npz") as ma, np.load(parts / "model.npz") as mb:
-        assert ma.files == mb.files
-        for key in ma.files:
-            np.testing.assert_array_equal(ma[key], mb[key])
     lines = (parts / "rounds.jsonl").read_text().splitlines()
     assert [json.loads(line)["round"] for line in lines] == list(range(rounds + 1))
 
     again = fedleak("run", "--resume", str(parts), cwd=tmp_path)
     assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+@pytest.mark.slow
+def test_extending_a_completed_run_gives_the_run_started_with_more_rounds(tmp_path):
+    """7 rounds, then --rounds 12: every round's numbers and the model are
+    those of a 12-round run; the run's config says 12 from then on."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    longer, shorter = write(tmp_path / "a", 12), write(tmp_path / "b", 7)
+    whole, grown = tmp_path / "whole", tmp_path / "grown"
+    for config, out in ((longer, whole), (shorter, grown)):
+        done = fedleak("run", str(config), "--out", str(out), cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+    fewer = fedleak("run", "--resume", str(grown), "--rounds", "5", cwd=tmp_path)
+    one_line_error(fewer, "already has 7 rounds")
+    extended = fedleak(
+        "run", "--resume", str(grown), "--rounds", "12", cwd=tmp_path, timeout=300
+    )
+    assert extended.returncode == 0, extended.stderr
+    b = assert_same_run(whole, grown)
+    assert b["status"] == "completed" and b["resumed_from"] == 7
+    assert b["completed_rounds"] == 12 and len(b["rounds"]) == 12
+    assert "rounds = 12" in (grown / "config.toml").read_text()
+    again = fedleak("run", "--resume", str(grown), cwd=tmp_path)
+    assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+def test_rounds_without_resume_is_refused(tmp_path):
+    config = write(tmp_path, 2)
+    one_line_error(
+        fedleak("run", str(config), "--rounds", "5", cwd=tmp_path), "--set rounds=N"
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], needle: str) -> None:

@@ -51,6 +51,41 @@ def test_cli_lists_the_experiments_and_rejects_unknown_ones(tmp_path):
         run_property_bench("nope", tmp_path / "x.json")
 
 
+def _saved_run(folder, config, checkpoint=True):
+    """A run folder as the bench leaves it: its config.toml and a checkpoint."""
+    from fedleak.runtime.run_dir import write_config
+
+    folder.mkdir(parents=True)
+    write_config(folder / "config.toml", config)
+    if checkpoint:
+        (folder / "checkpoint.npz").write_bytes(b"")
+    return folder
+
+
+def test_only_a_shorter_run_of_the_same_experiment_is_extended(tmp_path):
+    from fedleak.bench.property import _shorter_run
+
+    path = "sim_configs/property_model_averaging.toml"
+    asked = load_config(path, ["rounds=12", "seed=0"])
+    same = _saved_run(tmp_path / "same", load_config(path, ["rounds=8", "seed=0"]))
+    assert _shorter_run(same, asked) == 8
+    assert _shorter_run(same, load_config(path, ["rounds=8", "seed=0"])) == 8
+    longer = _saved_run(tmp_path / "longer", load_config(path, ["rounds=20", "seed=0"]))
+    assert _shorter_run(longer, asked) is None
+    other = _saved_run(tmp_path / "other", load_config(path, ["rounds=8", "seed=1"]))
+    assert _shorter_run(other, asked) is None
+    bare = _saved_run(
+        tmp_path / "bare", load_config(path, ["rounds=8", "seed=0"]), checkpoint=False
+    )
+    assert _shorter_run(bare, asked) is None
+    assert _shorter_run(tmp_path / "missing", asked) is None
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.toml").write_text("rounds = 'many'\n")
+    (broken / "checkpoint.npz").write_bytes(b"")
+    assert _shorter_run(broken, asked) is None
+
+
 def _fashion_mnist() -> None:
     try:
         find_data_dir("fashion-mnist")
@@ -58,6 +93,33 @@ def _fashion_mnist() -> None:
         pytest.skip(
             "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.needs_fashion_mnist
+def test_extended_runs_score_as_runs_started_with_their_rounds(tmp_path):
+    _fashion_mnist()
+    fresh, grown = tmp_path / "fresh.json", tmp_path / "grown.json"
+    run = {"quick": True, "properties": ["inverted"]}
+    report = run_property_bench("two-party", fresh, rounds=8, **run)
+    run_property_bench("two-party", grown, rounds=5, **run)
+    extended = run_property_bench("two-party", grown, rounds=8, extend=True, **run)
+    (a,), (b,) = report["runs"], extended["runs"]
+    assert a["extended_from"] is None and b["extended_from"] == 5
+    assert b["rounds"] == 8
+    assert b["series"] == a["series"] and b["auc"] == a["auc"]
+    # the same test accuracy wherever both evaluated; the 5-round run also
+    # evaluated its last round, off the every-4 schedule, and keeps it
+    curves = [
+        dict(zip(r["accuracy"]["rounds"], r["accuracy"]["test_accuracy"], strict=True))
+        for r in (a, b)
+    ]
+    fresh_curve, grown_curve = curves
+    assert set(grown_curve) == {*fresh_curve, 5}
+    assert {r: grown_curve[r] for r in fresh_curve} == fresh_curve
+    again = run_property_bench("two-party", grown, rounds=8, extend=True, **run)
+    assert again["runs"][0]["series"] == a["series"]  # read, not run again
+    assert again["runs"][0]["extended_from"] == 5
 
 
 @pytest.mark.slow

@@ -77,6 +77,7 @@ from fedleak.attacks.property.scoring import analyse_run
 from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
 from fedleak.files import write_figure
+from fedleak.runtime.checkpoint import CHECKPOINT_NAME
 from fedleak.task import client_data
 
 from .console import fmt, say, written
@@ -133,6 +134,7 @@ class _Settings:
     verbose: bool
     say: ProgressFn
     properties: tuple[str, ...] = ()
+    extend: bool = False
 
 
 def _config_path(experiment: str) -> Path:
@@ -168,11 +170,19 @@ def _run(
             path, [*extra, *overrides, "secure_aggregation.enabled=true"]
         )
     run_dir = s.out.with_name(s.out.stem + "-runs") / label
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    s.say(f"{experiment}: {label} ({config.rounds} rounds, K={_k(config)})")
+    shorter = _shorter_run(run_dir, config) if s.extend else None
     started = time.perf_counter()
-    outcome = run_experiment(config, out=run_dir, verbose=s.verbose)
+    if shorter is not None:
+        s.say(
+            f"{experiment}: {label} (extended from {shorter} to {config.rounds} "
+            f"rounds, K={_k(config)})"
+        )
+        results = _extend(run_dir, config, shorter, s.verbose)
+    else:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        s.say(f"{experiment}: {label} ({config.rounds} rounds, K={_k(config)})")
+        results = run_experiment(config, out=run_dir, verbose=s.verbose).results
     wall = time.perf_counter() - started
     analysis = analyse_run(
         run_dir,
@@ -180,7 +190,7 @@ def _run(
         normalize=experiment in NORMALIZED_EXPERIMENTS,
         by_participants=experiment in BY_PARTICIPANTS_EXPERIMENTS,
     )
-    final = outcome.results.get("final", {})
+    final = results.get("final", {})
     row = {
         "label": label,
         "params": {**params, "secure_aggregation": secagg},
@@ -191,9 +201,10 @@ def _run(
         "aux_gradients": analysis["aux_gradients"],
         "features": analysis["features"],
         "wall_s": wall,
-        "median_round_s": outcome.results["timing"]["median_round_after_first_s"],
+        "median_round_s": results["timing"]["median_round_after_first_s"],
         "test_accuracy": final.get("test-accuracy"),
-        "accuracy": accuracy_curve(outcome.results),
+        "accuracy": accuracy_curve(results),
+        "extended_from": results.get("extended_from"),
         "run_dir": str(run_dir.relative_to(s.out.parent)),  # next to the JSON
         "series": {"rounds": analysis["rounds"], "scores": analysis["scores"]},
         "truth": analysis["truth"],
@@ -201,6 +212,48 @@ def _run(
     auc = "n/a" if row["auc"] is None else f"{row['auc']:.3f}"
     s.say(f"  AUC {auc}, mean score {row['dataset_score']:.3f}, {wall:.0f} s")
     return row
+
+
+def _shorter_run(run_dir: Path, config: ExperimentConfig) -> int | None:
+    """Return the rounds of ``run_dir``'s run if ``config`` only adds rounds to it.
+
+    None where there is no run there, or its experiment differs from
+    ``config`` in anything but the number of rounds, or it has more rounds.
+    """
+    saved = run_dir / "config.toml"
+    if not saved.is_file() or not (run_dir / CHECKPOINT_NAME).is_file():
+        return None
+    try:
+        previous = load_config(saved)
+    except ConfigError:
+        return None
+    if previous.rounds > config.rounds:
+        return None
+    if previous.model_copy(update={"rounds": config.rounds}) != config:
+        return None
+    return previous.rounds
+
+
+def _extend(
+    run_dir: Path, config: ExperimentConfig, shorter: int, verbose: bool
+) -> dict[str, Any]:
+    """Extend the run in ``run_dir`` to ``config.rounds``; return its results.
+
+    The run goes on from its last checkpoint (``fedleak run --resume RUN
+    --rounds N``), which gives the numbers of a run started with
+    ``config.rounds`` (tested). A run already at ``config.rounds`` and
+    completed is only read; its ``extended_from`` is then the round its last
+    session went on from (``resumed_from``; None for a run never resumed).
+    """
+    from fedleak.experiments.runner import resume_experiment
+
+    results_path = run_dir / "results.json"
+    if shorter == config.rounds and results_path.is_file():
+        results: dict[str, Any] = json.loads(results_path.read_text("utf-8"))
+        if results.get("status") == "completed":
+            return {**results, "extended_from": results.get("resumed_from")}
+    results = resume_experiment(run_dir, rounds=config.rounds, verbose=verbose).results
+    return {**results, "extended_from": shorter}
 
 
 def accuracy_curve(results: dict[str, Any], every: int = 25) -> dict[str, Any]:
@@ -864,6 +917,7 @@ def run_property_bench(
     trials: int | None = None,
     secagg: bool | None = None,
     properties: Sequence[str] = (),
+    extend: bool = False,
     verbose: bool = False,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
@@ -890,6 +944,12 @@ def run_property_bench(
     properties : sequence of str, optional
         ``two-party``: the properties to run (default watermark, inverted and
         blurred; the watermark alone with ``quick``).
+    extend : bool, default=False
+        Where ``FILE-runs/`` holds a run of the same experiment with fewer
+        rounds, go on with it from its last checkpoint to ``rounds`` instead
+        of starting over (same numbers as a fresh run; its row's
+        ``extended_from`` gives the rounds it had, ``wall_s`` the extension's
+        time).
     verbose : bool, default=False
         Show Flower's and Ray's logs.
     progress : callable, optional
@@ -918,6 +978,7 @@ def run_property_bench(
         verbose=verbose,
         say=progress or (lambda _: None),
         properties=tuple(properties),
+        extend=extend,
     )
     config_file = None if experiment == "text" else _config_path(experiment)
     used_rounds = rounds or (
@@ -982,6 +1043,14 @@ def command(
             help="two-party: watermark, inverted or blurred (repeatable).",
         ),
     ] = None,
+    extend: Annotated[
+        bool,
+        typer.Option(
+            "--extend",
+            help="Go on with the runs already under FILE-runs/ that have fewer "
+            "rounds (same experiment) instead of starting over.",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Property inference against Flower clients: AUC, scores and plots."""
@@ -994,6 +1063,7 @@ def command(
         trials=trials,
         secagg=secagg,
         properties=properties or (),
+        extend=extend,
         verbose=verbose,
         progress=say,
     )

@@ -249,22 +249,28 @@ def run_experiment(
 def resume_experiment(
     run_dir: str | Path,
     *,
+    rounds: int | None = None,
     ray_address: str | None = None,
     verbose: bool = False,
     on_round: RoundCallback | None = None,
     control: RunControl | None = None,
 ) -> RunOutcome:
-    """Go on with an interrupted run from its last checkpoint, in its directory.
+    """Go on with a run from its last checkpoint, in its directory.
 
     The experiment is the run's own ``config.toml``; the rounds after the
     checkpoint are run again, so the run's files end as an uninterrupted
     run's would (same models and metrics; ``timing`` covers this session).
+    With ``rounds`` above the run's own, the run (completed or not) is
+    extended to ``rounds``: its ``config.toml`` is rewritten with the new
+    count first, and the files end as those of a run started with
+    ``rounds`` (nothing a round trains on depends on the total; the server
+    evaluates on its schedule plus the last round).
 
     Raises
     ------
     fedleak.errors.ConfigError
-        If ``run_dir`` is not a run directory, has no checkpoint, or its run
-        already completed.
+        If ``run_dir`` is not a run directory, has no checkpoint, ``rounds``
+        is below the run's own, or nothing is left to run.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
@@ -273,18 +279,21 @@ def resume_experiment(
             "fedleak run wrote"
         )
     config = load_config(run_dir / "config.toml")
-    previous = run_dir / "results.json"
-    if previous.is_file():
-        try:
-            status = json.loads(previous.read_text(encoding="utf-8")).get("status")
-        except (json.JSONDecodeError, AttributeError):
-            status = None
-        if status == "completed":
-            raise ConfigError(
-                f"--resume {run_dir}: that run completed all its rounds; nothing "
-                "to resume"
-            )
     checkpoint = load_checkpoint(run_dir)
+    extend = rounds is not None and rounds != config.rounds
+    if extend:
+        assert rounds is not None
+        if rounds < config.rounds:
+            raise ConfigError(
+                f"--rounds {rounds}: the run at {run_dir} already has "
+                f"{config.rounds} rounds; give more to extend it"
+            )
+        config = load_config(run_dir / "config.toml", [f"rounds={rounds}"])
+    elif _completed(run_dir / "results.json", config.rounds):
+        raise ConfigError(
+            f"--resume {run_dir}: that run completed all its rounds; nothing "
+            "to resume (--rounds N extends it)"
+        )
     if checkpoint.round >= config.rounds:
         raise ConfigError(
             f"--resume {run_dir}: the checkpoint is after the last round "
@@ -292,6 +301,8 @@ def resume_experiment(
         )
     preflight(config)
     check_ray(config, ray_address)
+    if extend:  # a later plain --resume goes on with the new count
+        write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir, on_round)
     return _simulate_and_finish(
         config,
@@ -301,6 +312,20 @@ def resume_experiment(
         control=control,
         resume=checkpoint,
     )
+
+
+def _completed(results: Path, rounds: int) -> bool:
+    """Whether ``results`` says its run completed ``rounds`` rounds (or more)."""
+    if not results.is_file():
+        return False
+    try:
+        previous = json.loads(results.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(previous, dict) or previous.get("status") != "completed":
+        return False
+    done = previous.get("completed_rounds")
+    return not isinstance(done, int) or done >= rounds
 
 
 def _simulate_and_finish(
