@@ -241,7 +241,7 @@ def _extend(
 
     The run goes on from its last checkpoint (``fedleak run --resume RUN
     --rounds N``), which gives the numbers of a run started with
-    ``config.rounds`` (tested). A run already at ``config.rounds`` and
+    ``config.rounds`` (tested); its row's ``wall_s`` is the extension's time. A run already at ``config.rounds`` and
     completed is only read; its ``extended_from`` is then the round its last
     session went on from (``resumed_from``; None for a run never resumed).
     """
@@ -945,11 +945,8 @@ def run_property_bench(
         ``two-party``: the properties to run (default watermark, inverted and
         blurred; the watermark alone with ``quick``).
     extend : bool, default=False
-        Where ``FILE-runs/`` holds a run of the same experiment with fewer
-        rounds, go on with it from its last checkpoint to ``rounds`` instead
-        of starting over (same numbers as a fresh run; its row's
-        ``extended_from`` gives the rounds it had, ``wall_s`` the extension's
-        time).
+        Go on with a shorter run of the same experiment under ``FILE-runs/``
+        (:func:`_extend`) instead of starting over.
     verbose : bool, default=False
         Show Flower's and Ray's logs.
     progress : callable, optional
