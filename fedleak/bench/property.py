@@ -241,9 +241,10 @@ def _extend(
 
     The run goes on from its last checkpoint (``fedleak run --resume RUN
     --rounds N``), which gives the numbers of a run started with
-    ``config.rounds`` (tested); its row's ``wall_s`` is the extension's time. A run already at ``config.rounds`` and
-    completed is only read; its ``extended_from`` is then the round its last
-    session went on from (``resumed_from``; None for a run never resumed).
+    ``config.rounds`` (tested); its row's ``wall_s`` is the extension's
+    time. A run already at ``config.rounds`` and completed is only read; its
+    ``extended_from`` is then the round its last session went on from
+    (``resumed_from``; None for a run never resumed).
     """
     from fedleak.experiments.runner import resume_experiment
 
