@@ -292,13 +292,10 @@ def _run(
             "use --set rounds=N"
         )
     config = _run_config(config_path, overrides, resume)
-    if rounds is not None and rounds < config.rounds:
-        raise ConfigError(
-            f"--rounds {rounds}: the run at {resume} already has {config.rounds} "
-            "rounds; give more to extend it"
-        )
-    if rounds is not None:
-        config = config.model_copy(update={"rounds": rounds})  # the bar's total
+    if rounds is not None:  # checked before the bar shows; its total
+        from .experiments.config import extended
+
+        config = extended(config, rounds, resume)
     from .experiments.runner import check_ray, preflight
     from .runtime.lifecycle import RunControl
     from .runtime.run_dir import make_run_dir

@@ -77,6 +77,7 @@ __all__ = [
     "SecureAggregationConfig",
     "StrategyConfig",
     "apply_overrides",
+    "extended",
     "load_config",
     "parse_override",
     "validate",
@@ -599,6 +600,23 @@ def validate(
     if not config.name:
         config = config.model_copy(update={"name": default_name})
     return config
+
+
+def extended(config: ExperimentConfig, rounds: int, where: object) -> ExperimentConfig:
+    """Return ``config`` with ``rounds`` rounds, for extending the run at ``where``.
+
+    Raises
+    ------
+    fedleak.errors.ConfigError
+        If ``rounds`` is below the run's own count (a run only grows; growing
+        keeps every other key valid).
+    """
+    if rounds < config.rounds:
+        raise ConfigError(
+            f"--rounds {rounds}: the run at {where} already has {config.rounds} "
+            "rounds; give more to extend it"
+        )
+    return config.model_copy(update={"rounds": rounds})
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> ExperimentConfig:

@@ -54,7 +54,7 @@ from fedleak.runtime.logs import quiet_flower
 from fedleak.runtime.run_dir import make_run_dir, write_config
 from fedleak.task import TaskSpec, training_pool
 
-from .config import ExperimentConfig, load_config
+from .config import ExperimentConfig, extended, load_config
 from .server import RoundCallback, RunRecorder, finish_run, run_federation
 
 __all__ = [
@@ -281,15 +281,9 @@ def resume_experiment(
     config = load_config(run_dir / "config.toml")
     checkpoint = load_checkpoint(run_dir)
     extend = rounds is not None and rounds != config.rounds
-    if extend:
-        assert rounds is not None
-        if rounds < config.rounds:
-            raise ConfigError(
-                f"--rounds {rounds}: the run at {run_dir} already has "
-                f"{config.rounds} rounds; give more to extend it"
-            )
-        config = load_config(run_dir / "config.toml", [f"rounds={rounds}"])
-    elif _completed(run_dir / "results.json", config.rounds):
+    if rounds is not None:
+        config = extended(config, rounds, run_dir)
+    if not extend and _completed(run_dir / "results.json", config.rounds):
         raise ConfigError(
             f"--resume {run_dir}: that run completed all its rounds; nothing "
             "to resume (--rounds N extends it)"
