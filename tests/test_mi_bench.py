@@ -135,6 +135,39 @@ def test_cli_refuses_an_unknown_part_before_any_work(tmp_path):
     assert not out.exists()
 
 
+def test_cli_refuses_an_unknown_monte_carlo_distance_before_any_work(tmp_path):
+    from cli_process import run_fedleak
+
+    out = tmp_path / "x.json"
+    result = run_fedleak(
+        "bench", "mi-generative", "--quick", "--mc-distance", "ssim", "--out", str(out)
+    )
+    assert result.returncode == 2
+    assert "Monte Carlo distance(s) ['ssim']" in result.stderr
+    assert "'pca', 'hog', 'chist', 'pixels'" in result.stderr
+    assert not out.exists()
+
+
+def test_cli_overrides_epochs_trials_and_distances_of_the_scale(tmp_path):
+    from cli_process import run_fedleak
+
+    out = tmp_path / "mc.json"
+    result = run_fedleak(
+        "bench", "mi-generative", "--quick", "--target-epochs", "2",
+        "--mi-trials", "3", "--mc-distance", "hog", "--part", "monte-carlo",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = json.loads(out.read_text())
+    assert saved["settings"]["target_epochs"] == 2
+    assert saved["white_box"][0]["curve"][-1]["epoch"] == 2
+    assert saved["settings"]["mi_trials"] == saved["monte_carlo"]["trials"] == 3
+    assert {r["distance"] for r in saved["monte_carlo"]["rows"]} == {"hog"}
+    # the rest of the quick scale is kept
+    assert saved["settings"]["pool_size"] == 400
+    assert saved["parts"] == ["white-box", "monte-carlo"]
+
+
 def test_scales_are_named_and_checked_before_any_work(tmp_path: Path) -> None:
     from fedleak.bench.mi_generative import CPU, FULL, FULL_WIDE, QUICK, SCALES
 

@@ -1541,7 +1541,8 @@ def test_monte_carlo_rule_strings_in_full(pairs, verdict, reason):
     assert finding.reason == reason
     assert finding.utility == "targets as Ch. 6 rows"
     assert finding.scale == (
-        "Fashion-MNIST, GAN 400 / VAE 300 epochs, 10000 MC samples, sets of 100"
+        "Fashion-MNIST, GAN 400 / VAE 300 epochs, 10000 MC samples, sets of 100, "
+        "100 trials"
     )
 
 
@@ -1583,6 +1584,57 @@ def test_monte_carlo_rule_cites_the_cpu_record_after_the_seed_scales():
         "epochs, 50 trials of sets of 30: HOG VAE 0.50 vs GAN 0.90 (reversed, 2 SE "
         "= 0.16); PCA VAE 0.50 vs GAN 0.50 (tie, 2 SE = 0.20)"
     )
+
+
+def test_monte_carlo_rule_wants_the_vae_above_chance_not_only_above_the_gan():
+    # VAE 0.55 vs GAN 0.38 over 200 trials: the order holds (2 SE = 0.098), but
+    # the VAE is 0.05 above chance, inside 2 SE = 0.070 (sqrt(.55 * .45 / 200))
+    records = {
+        seed_claims.MI_THESIS: _mc_record(
+            {"hog": (0.55, 0.38), "pca": (0.905, 0.63)}, trials=200
+        )
+    }
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.verdict == "partly"
+    assert finding.reason == (
+        "VAE above GAN under both distances, but the VAE's set accuracy is within "
+        "2 SE of chance under HOG (0.55): the seed's order holds there, not its "
+        "exposure"
+    )
+    # VAE 0.56 over 400 trials: 2 SE = 0.050 < 0.06 above chance
+    records[seed_claims.MI_THESIS]["monte_carlo"]["trials"] = 400
+    records[seed_claims.MI_THESIS]["monte_carlo"]["rows"][0]["set_accuracy"] = 0.56
+    assert assess(_claim("004 Tables 4.5-4.6"), records).verdict == "reproduced"
+
+
+def test_monte_carlo_rule_reads_the_seed_epochs_record_and_cites_the_others():
+    mc = _mc_record({"hog": (0.9, 0.5), "pca": (0.9, 0.5)}, trials=200)
+    mc["settings"]["target_epochs"] = 500
+    thesis = _mc_record({"hog": (0.5, 0.5), "pca": (0.9, 0.5)})
+    cpu = _mc_record({"hog": (0.5, 0.9), "pca": (0.5, 0.5)}, trials=50, set_size=30)
+    cpu["settings"].update(pool_size=1000, target_epochs=1000)
+    records = {
+        seed_claims.MI_THESIS_MC: mc,
+        seed_claims.MI_THESIS: thesis,
+        seed_claims.MI_CPU: cpu,
+    }
+    finding = assess(_claim("004 Tables 4.5-4.6"), records)
+    assert finding.verdict == "reproduced"  # the 500-epoch record decides
+    assert finding.fedleak == (
+        "median-heuristic set accuracy: HOG VAE 0.90 vs GAN 0.50 (holds, 2 SE = "
+        "0.08); PCA VAE 0.90 vs GAN 0.50 (holds, 2 SE = 0.08); 600 members x 400 "
+        "epochs, 100 trials of sets of 100: HOG VAE 0.50 vs GAN 0.50 (tie, 2 SE = "
+        "0.14); PCA VAE 0.90 vs GAN 0.50 (holds, 2 SE = 0.12); 100 members x 1000 "
+        "epochs, 50 trials of sets of 30: HOG VAE 0.50 vs GAN 0.90 (reversed, 2 SE "
+        "= 0.16); PCA VAE 0.50 vs GAN 0.50 (tie, 2 SE = 0.20)"
+    )
+    assert finding.scale == (
+        "Fashion-MNIST, GAN 500 / VAE 300 epochs, 10000 MC samples, sets of 100, "
+        "200 trials"
+    )
+    # without it, the 400-epoch record decides (its HOG tie: partly)
+    del records[seed_claims.MI_THESIS_MC]
+    assert assess(_claim("004 Tables 4.5-4.6"), records).verdict == "partly"
 
 
 def test_ch_6_1_4_reproduced_and_reversed_strings_and_the_cpu_scale_in_full():

@@ -55,6 +55,7 @@ from fedleak.attacks.membership.generative import (
 )
 from fedleak.attacks.membership.metrics import mi_trials, top_n_accuracy
 from fedleak.attacks.membership.montecarlo import (
+    FEATURE_NAMES,
     MonteCarloAttack,
     make_feature_map,
     pairwise_distances,
@@ -886,6 +887,12 @@ def run_mi_generative_bench(
     unknown = [p for p in chosen if p not in PARTS]
     if unknown:
         raise ConfigError(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
+    bad = [d for d in s.mc_distances if d not in FEATURE_NAMES]
+    if bad or not s.mc_distances:
+        raise ConfigError(
+            f"Monte Carlo distance(s) {bad or 'none'}: "
+            f"choose from {list(FEATURE_NAMES)}"
+        )
     say = progress or (lambda _: None)
     out = record_path(out)
     seeds = _child_seeds(seed, _SEED_NAMES)
@@ -1134,14 +1141,49 @@ def command(
             "auxiliary, monte-carlo. Default: all.",
         ),
     ] = None,
+    target_epochs: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Epochs of the target DCGANs instead of the scale's (seed 004 "
+            "Ch. 4.4: 500; seed 000 Ch. 6.2.4 fixes them at 400).",
+        ),
+    ] = None,
+    mi_trials: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Random member / non-member draws per MI figure instead of the "
+            "scale's (more trials, smaller standard errors).",
+        ),
+    ] = None,
+    mc_distance: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mc-distance",
+            help="Distance of the Monte Carlo attack (repeatable): pca, hog, "
+            "chist. Default: the scale's (all three).",
+        ),
+    ] = None,
 ) -> None:
     """MI on generative models: white/black-box, auxiliary, Monte Carlo."""
+    s, _ = _resolve_settings(quick, scale, None, dataset)
+    changed = {
+        name: value
+        for name, value in (
+            ("target_epochs", target_epochs),
+            ("mi_trials", mi_trials),
+            ("mc_distances", tuple(mc_distance) if mc_distance else None),
+        )
+        if value is not None
+    }
     report = run_mi_generative_bench(
         out,
         quick=quick,
         dataset=dataset,
         seed=seed,
         device=device,
+        settings=replace(s, **changed) if changed else None,
         parts=part,
         progress=say,
         scale=scale,

@@ -1935,14 +1935,69 @@ def _monte_carlo_outcomes(mc: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return parts, outcomes
 
 
+MI_THESIS_MC: Final = "mi-generative-fashion-mnist-thesis-mc"
+"""Tables 4.5-4.6 at the seed's 500 GAN epochs with more trials (PCA, HOG):
+the record the seed 004 verdict is read from when present."""
+
+
+def _vae_near_chance(mc: Mapping[str, Any]) -> list[str]:
+    """Name each distance whose VAE set accuracy is within 2 SE of chance (0.5).
+
+    The seed's VAE is far above chance (HOG 0.84, PCA 1.00): a VAE that ranks
+    above the GAN only because the GAN falls below chance reproduces the
+    ordering, not the exposure.
+    """
+    trials = int(mc["trials"])
+    near = []
+    for distance in ("hog", "pca"):
+        values = [
+            float(r["set_accuracy"])
+            for r in mc["rows"]
+            if r["heuristic"] == "median"
+            and r["model"] == "vae"
+            and r["distance"] == distance
+        ]
+        if not values:
+            continue
+        vae = statistics.mean(values)
+        if vae - 0.5 <= 2 * math.sqrt(vae * (1 - vae) / trials):
+            near.append(f"{distance.upper()} ({_f(vae, 2)})")
+    return near
+
+
+def _monte_carlo_cited(records: Records, decider: str) -> str:
+    """Return the Monte Carlo comparisons of the records beside the deciding one."""
+    cited = ""
+    for name in (MI_THESIS, MI_CPU):
+        rec = records.get(name)
+        if name == decider or rec is None or not rec.get("monte_carlo"):
+            continue
+        mc = rec["monte_carlo"]
+        parts, _ = _monte_carlo_outcomes(mc)
+        cited += (
+            f"; {_mi_size(rec)}, {mc['trials']} trials of sets of "
+            f"{mc['set_size']}: " + "; ".join(parts)
+        )
+    return cited
+
+
 def _seed_004_monte_carlo(records: Records) -> Finding:
-    rec = records[MI_THESIS]
+    decider = MI_THESIS_MC if MI_THESIS_MC in records else MI_THESIS
+    rec = records[decider]
     mc = rec["monte_carlo"]
     trials = int(mc["trials"])
     parts, outcomes = _monte_carlo_outcomes(mc)
-    if all(o == "holds" for o in outcomes):
+    near = _vae_near_chance(mc)
+    if all(o == "holds" for o in outcomes) and not near:
         verdict: Verdict = "reproduced"
         reason = "the VAE is more exposed than the GAN under both distances"
+    elif all(o == "holds" for o in outcomes):
+        verdict = "partly"
+        reason = (
+            "VAE above GAN under both distances, but the VAE's set accuracy is "
+            f"within 2 SE of chance under {', '.join(near)}: the seed's order "
+            "holds there, not its exposure"
+        )
     elif "reversed" in outcomes:
         verdict = "not reproduced"
         reason = "the GAN is significantly more exposed under one distance"
@@ -1958,20 +2013,14 @@ def _seed_004_monte_carlo(records: Records) -> Finding:
             f"no distance separates VAE and GAN by 2 standard errors of {trials} "
             "trials, where the seed's gaps (0.20, 0.25) would"
         )
-    fedleak = "median-heuristic set accuracy: " + "; ".join(parts)
-    cpu = records.get(MI_CPU)
-    if cpu is not None and cpu.get("monte_carlo"):
-        cpu_parts, _ = _monte_carlo_outcomes(cpu["monte_carlo"])
-        fedleak += (
-            f"; {_mi_size(cpu)}, {cpu['monte_carlo']['trials']} trials of sets of "
-            f"{cpu['monte_carlo']['set_size']}: " + "; ".join(cpu_parts)
-        )
     s = rec["settings"]
     return Finding(
-        fedleak,
+        "median-heuristic set accuracy: "
+        + "; ".join(parts)
+        + _monte_carlo_cited(records, decider),
         "targets as Ch. 6 rows",
         f"Fashion-MNIST, GAN {s['target_epochs']} / VAE {s['vae_epochs']} epochs, "
-        f"{mc['samples']} MC samples, sets of {mc['set_size']}",
+        f"{mc['samples']} MC samples, sets of {mc['set_size']}, {trials} trials",
         verdict,
         reason,
     )
