@@ -94,6 +94,11 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
         assert row["property_auc_dp_aware"] is None  # record-level DP rows only
         assert row["property_auc_whole_update_dp_aware"] is None
         assert "model_auc" in row and "model_accuracy" in row
+        # each row's model keeps its test-accuracy curve, ending at its accuracy
+        curve = row["accuracy_curve"]
+        assert curve["rounds"][-1] == row["rounds"]
+        assert curve["test_accuracy"][-1] == row["model_accuracy"]
+        assert isinstance(curve["plateau"], bool)
     assert "random forest" in report["property_features_whole_update"]
     # Table 7.5's denominator: a batch's gradient is partly zero (the rows
     # of absent words), so shares above its density drop nothing
@@ -320,6 +325,11 @@ def test_bench_membership_through_flower_scores_the_adversary_client(
     assert row["false_negatives"] > row["true_positives"]
     assert row["precision"] > 0.9
     assert 0.0 <= row["model_accuracy"] <= 1.0
+    # the server evaluated every round (6 < CURVE_POINTS)
+    curve = row["accuracy_curve"]
+    assert curve["rounds"] == [1, 2, 3, 4, 5, 6]
+    assert curve["test_accuracy"][-1] == pytest.approx(row["model_accuracy"])
+    assert isinstance(curve["plateau"], bool)
     run = tmp_path / "membership-flower-runs" / "checkins-b50"
     assert (run / "adversary" / "membership-bags.jsonl").is_file()
     assert json.loads((run / "results.json").read_text())["status"] == "completed"

@@ -117,3 +117,27 @@ def test_iterations_override_the_epochs(small_checkins: TextDataset) -> None:
     assert by_epochs.rounds != 7
     with pytest.raises(ConfigError, match="round"):
         simulate_membership(small_checkins, _setup(iterations=0), seed=0)
+
+
+def test_the_run_records_its_test_accuracy_curve_without_changing_the_run(
+    small_checkins: TextDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedleak.attacks.membership import simulation
+
+    setup = _setup(batch_size=40, iterations=45, dropout=0.3, learning_rate=0.3)
+    outcome = simulate_membership(small_checkins, setup, seed=1)
+    curve = outcome.accuracy_curve
+    # 45 rounds, CURVE_POINTS = 20: every 2nd round and the last one
+    assert curve["rounds"] == [*range(2, 45, 2), 45]
+    assert curve["test_accuracy"][-1] == outcome.accuracy
+    assert all(0.0 <= a <= 1.0 for a in curve["test_accuracy"])
+    assert len(set(curve["test_accuracy"])) > 1  # measured, not repeated
+    assert isinstance(curve["plateau"], bool)
+    # measuring (eval mode between rounds) leaves dropout and every stream alone
+    monkeypatch.setattr(
+        simulation, "_curve_recorder", lambda *a, **k: (lambda t, p: None, [])
+    )
+    plain = simulate_membership(small_checkins, setup, seed=1)
+    assert plain.accuracy_curve["plateau"] is None
+    assert plain.accuracy == outcome.accuracy
+    assert plain.scores.as_dict() == outcome.scores.as_dict()

@@ -293,7 +293,7 @@ def test_table_7_5_whole_update_findings_word_for_word():
         {"defenses": _with_features(_share_record(0.5, FLAT, None))},
     )
     assert finding.verdict == "partly"
-    assert finding.utility == "model AUC 0.95"
+    assert finding.utility == "model AUC 0.95 (plateau not recorded)"
     assert finding.scale == _scale()
     assert finding.fedleak == (
         f"embedding-row attack: {embedding.fedleak}; whole-update attack (max "
@@ -364,7 +364,7 @@ def test_table_7_7_findings_word_for_word():
     record["defenses"]["rows"][0]["model_accuracy"] = 0.7
     finding = assess(_claim("000 Table 7.7"), record)
     assert finding.verdict == "reproduced"
-    assert finding.utility == "model acc 0.70-0.80"
+    assert finding.utility == "model acc 0.70-0.80 (plateau not recorded)"
     assert finding.scale == (
         "100 training rounds, 480 property rounds, 10 records; bag of words"
     )
@@ -408,7 +408,7 @@ def test_ch_7_3_4_findings_word_for_word():
     finding = assess(_claim("000 Ch. 7.3.4"), records)
     assert finding.verdict == "reproduced"
     assert finding.reason == "record-level DP stops membership, not property inference"
-    assert finding.utility == "model acc 0.50-0.70"
+    assert finding.utility == "model acc 0.50-0.70 (plateau not recorded)"
     assert finding.scale == (
         "100 training rounds, 480 property rounds, 10 records; bag of words"
     )
@@ -449,7 +449,7 @@ def test_table_7_5_keeps_the_embedding_finding_when_it_is_better():
         {"defenses": _share_record(0.5, falls, [0.93, 0.93, 0.93, 0.93])},
     )
     assert both.verdict == plain.verdict == "reproduced"
-    assert both.utility == plain.utility == "model AUC 0.95"
+    assert both.utility == plain.utility == "model AUC 0.95 (plateau not recorded)"
     assert both.scale == plain.scale
     assert both.fedleak == (
         f"embedding-row attack: {plain.fedleak}; whole-update attack (max "

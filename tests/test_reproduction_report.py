@@ -1031,7 +1031,7 @@ def test_table_7_5_rule_reads_its_thresholds_exactly(quarter_se, aucs, verdict, 
         f"property AUC {' / '.join(f'{a:.3f}' for a in aucs)} at share "
         "0.010 / 0.100 / 0.500 / 1.000"
     )
-    assert finding.utility == "model AUC 0.95"
+    assert finding.utility == "model AUC 0.95 (plateau not recorded)"
     assert finding.scale == (
         "100 training rounds, 240 property rounds, 10 records; bag of words"
     )
@@ -1095,7 +1095,7 @@ def _two_columns(**change: Any) -> Any:
 def test_table_7_2_rule_reads_both_columns_exactly():
     finding = assess(_claim("000 Table 7.2"), _two_columns())
     assert finding.fedleak == "checkins 0.990 / 0.950 / 0.700; fortunes 0.900 / 0.800"
-    assert finding.utility == "model acc 0.70-0.90"
+    assert finding.utility == "model acc 0.70-0.90 (plateau not recorded)"
     assert finding.scale == "9-126/3000 it. (3 epochs)"
     assert finding.verdict == "reproduced"
     assert finding.reason == "precision falls with the batch, recall 1, |gap| <= 0.06"
@@ -1217,7 +1217,8 @@ def test_table_7_2_at_3000_iterations_rule(
         f"checkins B=100: precision {precision:.3f} (seed 0.99), recall {recall:.3f}"
     )
     assert finding.utility == (
-        f"checkins: model acc {accuracy:.2f}, model AUC 0.950 / 0.950"
+        f"checkins: model acc {accuracy:.2f} (plateau not recorded), "
+        "model AUC 0.950 / 0.950"
     )
     assert finding.scale == "3000/3000 it. = 1.00; checkins batch 150, 100"
 
@@ -1250,8 +1251,8 @@ def test_table_7_2_at_3000_iterations_reads_both_columns_and_the_edges():
         "1500/3000/3000 it. = 0.50; checkins batch 150, 100; fortunes batch 32"
     )
     assert finding.utility == (
-        "checkins: model acc 0.88, model AUC 0.950 / 0.950; "
-        "fortunes: model acc 0.70, model AUC 0.800"
+        "checkins: model acc 0.88 (plateau not recorded), model AUC 0.950 / "
+        "0.950; fortunes: model acc 0.70 (plateau not recorded), model AUC 0.800"
     )
     record["membership-3000"]["thesis_table_7_2"] = {
         "foursquare": [[5, 0.9]],
@@ -1314,8 +1315,8 @@ def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
         "1.000, checkins B=300: precision 0.700, recall 0.980"
     )
     assert finding.utility == (
-        "checkins: model acc 0.88, model AUC 0.950 / 0.950; "
-        "through Flower: model acc 0.91"
+        "checkins: model acc 0.88 (plateau not recorded), model AUC 0.950 / "
+        "0.950; through Flower: model acc 0.91 (plateau not recorded)"
     )
     # the verdict reads the in-process rows
     assert (finding.verdict, finding.reason) == (
@@ -1330,7 +1331,8 @@ def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
         "0.975), recall 1.000"
     )
     assert finding.utility.endswith(
-        "; through Flower: model acc 0.91; 34.0 check-ins a user: model acc 0.96"
+        "; through Flower: model acc 0.91 (plateau not recorded); 34.0 check-ins "
+        "a user: model acc 0.96 (plateau not recorded)"
     )
     assert finding.verdict == "reproduced"
     record["membership-3000-dense"]["rows"] = []  # an empty record adds nothing
@@ -1344,10 +1346,10 @@ def test_utility_span_collapses_when_both_ends_print_alike():
     second = {**record["membership-3000"]["rows"][1], "model_accuracy": 0.922}
     record["membership-3000"]["rows"].append(second)
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
-    assert finding.utility.startswith("checkins: model acc 0.92, ")
+    assert finding.utility.startswith("checkins: model acc 0.92 (plateau not")
     record["membership-3000"]["rows"][-1]["model_accuracy"] = 0.914
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
-    assert finding.utility.startswith("checkins: model acc 0.91-0.92, ")
+    assert finding.utility.startswith("checkins: model acc 0.91-0.92 (plateau")
 
 
 def _aux_row(
@@ -1845,3 +1847,29 @@ def test_fig_6_8_reason_reads_how_near_the_gans_samples_lie_to_its_members():
     high["monte_carlo"] = {"rows": thesis["monte_carlo"]["rows"]}
     finding = assess(_claim("000 Fig. 6.8"), {seed_claims.MI_THESIS: high})
     assert finding.reason == "black-box accuracy of the seed's size (0.38-0.63)"
+
+
+def test_membership_rows_say_whether_their_model_had_plateaued():
+    record = _full(0.975, 0.88)
+    rows = record["membership-3000"]["rows"]
+    for row in rows:
+        row["accuracy_curve"] = {"plateau": True}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.utility.startswith("checkins: model acc 0.88 (plateau), ")
+    assert finding.verdict == "reproduced"
+    # one run still improving caps the verdict and says so
+    rows[0]["accuracy_curve"] = {"plateau": False}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.utility.startswith(
+        "checkins: model acc 0.88 (not at plateau in 1/2 runs), "
+    )
+    assert (finding.verdict, finding.reason) == (
+        "partly",
+        "precision within 0.015 of the seed at its scale, recall 1; but the model "
+        "was not at plateau in 1/2 runs",
+    )
+    # a curve without a plateau flag (no points) neither claims nor denies one
+    rows[0]["accuracy_curve"] = {"plateau": None}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.verdict == "reproduced"
+    assert finding.utility.startswith("checkins: model acc 0.88 (plateau), ")

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedleak.curves import summarise_curve
 from fedleak.data.text import TextDataset
 from fedleak.defenses import (
     EMBEDDING_KEY,
@@ -48,6 +50,7 @@ from fedleak.training import batch_gradient, evaluate, get_arrays, set_arrays
 from .embedding import EmbeddingMembership, MembershipScores
 
 __all__ = [
+    "CURVE_POINTS",
     "MembershipSetup",
     "SimulationOutcome",
     "inputs_and_model",
@@ -118,9 +121,18 @@ class MembershipSetup:
     delta: float = 1e-5
 
 
+CURVE_POINTS = 20
+"""Test-accuracy evaluations spread evenly over a run (the last round among
+them), from which :func:`fedleak.curves.summarise_curve` judges the plateau."""
+
+
 @dataclass(frozen=True)
 class SimulationOutcome:
-    """Attack strength, model utility and privacy of one simulated run."""
+    """Attack strength, model utility and privacy of one simulated run.
+
+    ``accuracy_curve`` is :func:`fedleak.curves.summarise_curve` of the test
+    accuracy at :data:`CURVE_POINTS` rounds of the run.
+    """
 
     scores: MembershipScores
     accuracy: float
@@ -129,6 +141,7 @@ class SimulationOutcome:
     record_epsilon: float | None
     participant_epsilon: float | None
     wall_s: float
+    accuracy_curve: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the outcome as a JSON-ready dict."""
@@ -139,6 +152,7 @@ class SimulationOutcome:
             "rounds": self.rounds,
             "record_epsilon": self.record_epsilon,
             "participant_epsilon": self.participant_epsilon,
+            "accuracy_curve": self.accuracy_curve,
             "wall_s": self.wall_s,
         }
 
@@ -301,12 +315,17 @@ def _train_and_observe(
     rounds: int,
     noise_rng: np.random.Generator,
     selection_rng: np.random.Generator,
+    after_round: Callable[[int, dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run ``rounds`` rounds; the adversary observes each; return the final model."""
+    """Run ``rounds`` rounds; the adversary observes each; return the final model.
+
+    ``after_round(t, params)`` is called with each round's number (from 1)
+    and the model after it; it must leave the random streams alone.
+    """
     x_all, y_all = inputs
     momentum = {k: np.zeros(v.shape, np.float64) for k, v in params.items()}
     torch_seed = torch.Generator().manual_seed(int(noise_rng.integers(2**62)))
-    for _ in range(rounds):
+    for t in range(1, rounds + 1):
         set_arrays(model, params)
         tb = torch.from_numpy(parties.target.next())
         with torch.random.fork_rng(devices=[]):
@@ -330,7 +349,28 @@ def _train_and_observe(
             own=g_adv[EMBEDDING_KEY],
             parameters=(prev_emb, params[EMBEDDING_KEY]),
         )
+        if after_round is not None:
+            after_round(t, params)
     return params
+
+
+def _curve_recorder(
+    model: torch.nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, rounds: int
+) -> tuple[Callable[[int, dict[str, np.ndarray]], None], list[tuple[int, float]]]:
+    """Return a callback measuring test accuracy at :data:`CURVE_POINTS` rounds.
+
+    The points land in the returned list. Evaluation runs the model in eval
+    mode without gradients, so it draws from no random stream.
+    """
+    every = max(rounds // CURVE_POINTS, 1)
+    points: list[tuple[int, float]] = []
+
+    def record(t: int, params: dict[str, np.ndarray]) -> None:
+        if t % every == 0 or t == rounds:
+            set_arrays(model, params)
+            points.append((t, evaluate(model, x_test, y_test).accuracy))
+
+    return record, points
 
 
 def _epsilons(
@@ -401,6 +441,9 @@ def simulate_membership(
     )
     if rounds < 1:
         raise ConfigError(f"the run needs >= 1 round, got {rounds}")
+    x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
+    y_test = torch.from_numpy(data.y_test)
+    after_round, points = _curve_recorder(model, x_test, y_test, rounds)
     params = _train_and_observe(
         model,
         params,
@@ -411,10 +454,9 @@ def simulate_membership(
         rounds=rounds,
         noise_rng=np.random.default_rng(noise_seq),
         selection_rng=np.random.default_rng([seed, SELECTION_WORD]),
+        after_round=after_round,
     )
     set_arrays(model, params)
-    x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
-    y_test = torch.from_numpy(data.y_test)
     result = evaluate(model, x_test, y_test)
     n_eval = min(parties.target_idx.size, x_test.shape[0])
     if max_eval_records is not None:
@@ -433,4 +475,5 @@ def simulate_membership(
         record_epsilon=record_eps,
         participant_epsilon=participant_eps,
         wall_s=time.perf_counter() - started,
+        accuracy_curve=summarise_curve(points),
     )

@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedleak.attacks.membership.simulation import MembershipSetup, model_auc
+from fedleak.attacks.membership.simulation import (
+    CURVE_POINTS,
+    MembershipSetup,
+    model_auc,
+)
+from fedleak.curves import run_curve
 from fedleak.errors import ConfigError
 
 __all__ = ["FLOWER_DATASETS", "flower_membership_config", "run_flower_membership"]
@@ -85,7 +90,8 @@ def flower_membership_config(
         },
         "client": {"batch_size": setup.batch_size},
         "federation": {"num_clients": 2},
-        "evaluation": {"server": False},
+        # the server's test accuracy at CURVE_POINTS rounds: the plateau
+        "evaluation": {"server": True, "every": max(rounds // CURVE_POINTS, 1)},
         "adversary": {"kind": "embedding-membership", "partition": 1},
     }
     return validate(raw, "bench membership --engine flower", "generated")
@@ -160,6 +166,7 @@ def run_flower_membership(
         "rounds": rounds,
         "record_epsilon": None,
         "participant_epsilon": None,
+        "accuracy_curve": run_curve(outcome.results, every=1),
         "engine": "flower",
         "run_dir": run_dir.name,
         "wall_s": time.perf_counter() - started,

@@ -1168,22 +1168,20 @@ def command(
 ) -> None:
     """MI on generative models: white/black-box, auxiliary, Monte Carlo."""
     s, _ = _resolve_settings(quick, scale, None, dataset)
-    changed = {
-        name: value
-        for name, value in (
-            ("target_epochs", target_epochs),
-            ("mi_trials", mi_trials),
-            ("mc_distances", tuple(mc_distance) if mc_distance else None),
-        )
-        if value is not None
-    }
+    custom = s
+    if target_epochs is not None:
+        custom = replace(custom, target_epochs=target_epochs)
+    if mi_trials is not None:
+        custom = replace(custom, mi_trials=mi_trials)
+    if mc_distance:
+        custom = replace(custom, mc_distances=tuple(mc_distance))
     report = run_mi_generative_bench(
         out,
         quick=quick,
         dataset=dataset,
         seed=seed,
         device=device,
-        settings=replace(s, **changed) if changed else None,
+        settings=None if custom == s else custom,
         parts=part,
         progress=say,
         scale=scale,

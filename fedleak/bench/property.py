@@ -74,6 +74,7 @@ from rich.table import Table
 from fedleak import protocol
 from fedleak.attacks.property.classifier import single_batch_auc
 from fedleak.attacks.property.scoring import analyse_run
+from fedleak.curves import run_curve
 from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
 from fedleak.files import write_figure
@@ -88,7 +89,6 @@ from .record import BenchRecord, record_path
 __all__ = [
     "EXPERIMENTS",
     "NORMALIZED_EXPERIMENTS",
-    "accuracy_curve",
     "command",
     "join_participants",
     "run_property_bench",
@@ -203,7 +203,7 @@ def _run(
         "wall_s": wall,
         "median_round_s": results["timing"]["median_round_after_first_s"],
         "test_accuracy": final.get("test-accuracy"),
-        "accuracy": accuracy_curve(results),
+        "accuracy": run_curve(results),
         "extended_from": results.get("extended_from"),
         "run_dir": str(run_dir.relative_to(s.out.parent)),  # next to the JSON
         "series": {"rounds": analysis["rounds"], "scores": analysis["scores"]},
@@ -255,45 +255,6 @@ def _extend(
             return {**results, "extended_from": results.get("resumed_from")}
     results = resume_experiment(run_dir, rounds=config.rounds, verbose=verbose).results
     return {**results, "extended_from": shorter}
-
-
-def accuracy_curve(results: dict[str, Any], every: int = 25) -> dict[str, Any]:
-    """Summarise the global model's test accuracy over a run (its utility).
-
-    Parameters
-    ----------
-    results : dict
-        The run's ``results.json`` (``rounds[i].server["test-accuracy"]``).
-    every : int, default=25
-        Keep every ``every``-th round of the curve (and the last).
-
-    Returns
-    -------
-    dict
-        ``rounds`` and ``test_accuracy`` (the thinned curve), ``last_fifth``
-        and ``previous_fifth`` (mean accuracy over the last and the previous
-        fifth of the rounds) and ``plateau``: whether the two differ by less
-        than 0.02 (the model has stopped improving).
-    """
-    points = [
-        (int(r["round"]), float(r["server"]["test-accuracy"]))
-        for r in results.get("rounds", [])
-        if "test-accuracy" in r.get("server", {})
-    ]
-    if not points:
-        return {"rounds": [], "test_accuracy": [], "plateau": None}
-    keep = [p for i, p in enumerate(points) if i % every == 0 or i == len(points) - 1]
-    fifth = max(len(points) // 5, 1)
-    last = statistics.fmean(a for _, a in points[-fifth:])
-    before = points[-2 * fifth : -fifth] or points[:1]
-    previous = statistics.fmean(a for _, a in before)
-    return {
-        "rounds": [r for r, _ in keep],
-        "test_accuracy": [a for _, a in keep],
-        "last_fifth": last,
-        "previous_fifth": previous,
-        "plateau": abs(last - previous) < 0.02,
-    }
 
 
 def _k(config: ExperimentConfig) -> int:

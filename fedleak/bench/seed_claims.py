@@ -126,15 +126,47 @@ def _utility(accs: Sequence[float], what: str = "test acc") -> str:
     return f"{what} {span}"
 
 
-def _plateau(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Say whether the runs' test accuracy had stopped rising (if recorded)."""
-    flags = [r["accuracy"]["plateau"] for r in runs if "accuracy" in r]
+def _plateau(runs: Sequence[Mapping[str, Any]], key: str = "accuracy") -> str:
+    """Say whether the runs' test accuracy had stopped rising (if recorded).
+
+    ``key`` names each run's :func:`fedleak.curves.summarise_curve` summary.
+    """
+    flags = [r[key]["plateau"] for r in runs if isinstance(r.get(key), Mapping)]
     flags = [f for f in flags if f is not None]
     if not flags:
         return ""
     if all(flags):
         return " (plateau)"
-    return f" (still rising in {len(flags) - sum(flags)}/{len(flags)} runs)"
+    # off the plateau: the last fifth's mean moved by 0.02 or more, up or down
+    return f" (not at plateau in {len(flags) - sum(flags)}/{len(flags)} runs)"
+
+
+def _model_utility(
+    rows: Sequence[Mapping[str, Any]],
+    what: str = "model acc",
+    field: str = "model_accuracy",
+) -> str:
+    """Give the runs' model utility and whether their accuracy had plateaued.
+
+    Rows of the membership and defenses records carry an ``accuracy_curve``;
+    records made before it say so instead of implying a plateau.
+    """
+    text = _utility(_accuracies(rows, field), what)
+    plateau = _plateau(rows, "accuracy_curve")
+    return text + (plateau or (" (plateau not recorded)" if rows else ""))
+
+
+def _gate_plateau(
+    verdict: Verdict,
+    reason: str,
+    rows: Sequence[Mapping[str, Any]],
+    key: str = "accuracy_curve",
+) -> tuple[Verdict, str]:
+    """Cap ``reproduced`` at ``partly`` when a run's model was off its plateau."""
+    off = _plateau(rows, key)
+    if verdict == "reproduced" and off.startswith(" (not at plateau"):
+        return "partly", f"{reason}; but the model was {off[2:-1]}"
+    return verdict, reason
 
 
 def _gate(verdict: Verdict, reason: str, accs: Sequence[float]) -> tuple[Verdict, str]:
@@ -165,10 +197,11 @@ def _property_finding(
 
     The runs' test accuracies are reported (with their plateau) and cap a
     ``reproduced`` verdict at ``partly`` when the model is undertrained
-    (:func:`_gate`).
+    (:func:`_gate`) or was still improving (:func:`_gate_plateau`).
     """
     accs = _accuracies(runs, "test_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
+    verdict, reason = _gate_plateau(verdict, reason, runs, "accuracy")
     return Finding(measured, _utility(accs) + _plateau(runs), scale, verdict, reason)
 
 
@@ -492,6 +525,7 @@ def _table_7_2(records: Records) -> Finding:
         verdict, reason = "not reproduced", "precision does not fall or recall < 1"
     accs = _accuracies(rec["rows"], "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
+    verdict, reason = _gate_plateau(verdict, reason, rec["rows"])
     its = [int(r["num_rounds"]) for r in rec["rows"]]
     epochs = {s.get("epochs") for s in rec.get("setups", {}).values()}
     scale = (
@@ -500,7 +534,7 @@ def _table_7_2(records: Records) -> Finding:
         else f"{min(its)}-{max(its)}/3000 it. ({'/'.join(map(str, epochs))} epochs)"
     )
     return Finding(
-        "; ".join(parts), _utility(accs, "model acc"), scale, verdict, reason
+        "; ".join(parts), _model_utility(rec["rows"]), scale, verdict, reason
     )
 
 
@@ -556,6 +590,7 @@ def _table_7_2_full(records: Records) -> Finding:
     else:
         verdict, reason = "not reproduced", "recall below 1"
     verdict, reason = _gate(verdict, reason, _accuracies(rows, "model_accuracy"))
+    verdict, reason = _gate_plateau(verdict, reason, rows)
     measured, utility = "; ".join(parts), _utility_per_dataset(rows)
     for name in (FLOWER_3000_RECORD, DENSE_3000_RECORD):
         other = records.get(name, {})
@@ -567,8 +602,7 @@ def _table_7_2_full(records: Records) -> Finding:
             else (f"{other.get('mean_checkins', '?')} check-ins a user", "sparser")
         )
         measured += f"; {label}: " + _beside_in_process(other["rows"], rows, twin)
-        accs = _accuracies(other["rows"], "model_accuracy")
-        utility += f"; {label}: {_utility(accs, 'model acc')}"
+        utility += f"; {label}: {_model_utility(other['rows'])}"
     return Finding(measured, utility, _scale_per_dataset(rows), verdict, reason)
 
 
@@ -601,11 +635,8 @@ def _utility_per_dataset(rows: Sequence[Mapping[str, Any]]) -> str:
     parts = []
     for name in _datasets(rows):
         mine = [r for r in rows if r["dataset"] == name]
-        accs = _accuracies(mine, "model_accuracy")
         aucs = _accuracies(mine, "model_auc")
-        parts.append(
-            f"{name}: {_utility(accs, 'model acc')}, model AUC {_series(aucs)}"
-        )
+        parts.append(f"{name}: {_model_utility(mine)}, model AUC {_series(aucs)}")
     return "; ".join(parts)
 
 
@@ -792,7 +823,7 @@ def _table_7_5_embedding(records: Records) -> Finding:
     verdict, reason = _gate(verdict, reason, accs)
     return Finding(
         f"property AUC {_series(aucs)} at share {_series(shares)}",
-        _utility(_accuracies(rows, "model_auc"), "model AUC"),
+        _model_utility(rows, "model AUC", "model_auc"),
         _defenses_scale(records),
         verdict,
         reason,
@@ -836,15 +867,15 @@ def _share_records(
 
 def _whole_update_share(
     records: Records,
-) -> tuple[Verdict, str, str, list[float]] | None:
+) -> tuple[Verdict, str, str, Sequence[Mapping[str, Any]]] | None:
     """Judge Table 7.5 with the whole-update attack at the seed's strength.
 
     Among the records with its AUCs (:func:`_share_records`), the one whose
     AUC with everything shared is nearest the seed's 0.93
     (:data:`SEED_UNDEFENDED_SHARE_AUC`): the property's strength is a free
     parameter of the stand-in data, so it is matched to the seed's. Returns
-    the verdict, the reason, the series and that record's model accuracies;
-    None without such a record.
+    the verdict, the reason, the series and that record's rows; None without
+    such a record.
     """
     found = _share_records(records, WHOLE_UPDATE_AUC)
     if not found:
@@ -883,8 +914,7 @@ def _whole_update_share(
         verdict = "not reproduced"
         how = f"does not fall beyond 2 SE = {_f(2 * se)} as less is shared"
     series = f"{_series(aucs)} at share {_series(shares)}"
-    model = _accuracies(rows, "model_accuracy")
-    return verdict, f"{where}: AUC {how}", series, model
+    return verdict, f"{where}: AUC {how}", series, rows
 
 
 def _table_7_5(records: Records) -> Finding:
@@ -900,8 +930,10 @@ def _table_7_5(records: Records) -> Finding:
     whole = _whole_update_share(records)
     if whole is None:
         return embedding
-    verdict, reason, series, accs = whole
-    verdict, reason = _gate(verdict, reason, accs)
+    verdict, reason, series, whole_rows = whole
+    # the property AUCs come from the property simulation's own training
+    # run, not from the model whose plateau the rows' accuracy_curve records
+    verdict, reason = _gate(verdict, reason, _accuracies(whole_rows, "model_accuracy"))
     fedleak = (
         f"embedding-row attack: {embedding.fedleak}; {WHOLE_UPDATE_NAME}: {series}"
     )
@@ -945,7 +977,7 @@ def _table_7_6(records: Records) -> Finding:
     return Finding(
         f"precision {_series(precision)}; model AUC {_series(model_auc)} "
         f"at top-N {' / '.join(settings)}",
-        _utility(_accuracies(rows, "model_accuracy"), "model acc"),
+        _model_utility(rows),
         _defenses_scale(records),
         verdict,
         reason,
@@ -993,7 +1025,7 @@ def _table_7_7(records: Records) -> Finding:
             reason = f"embedding-row {reason}; {why}"
     return Finding(
         f"{fedleak}; model AUC {_series(model_auc)} at p {_series(ps, 1)}",
-        _utility(_accuracies(rows, "model_accuracy"), "model acc"),
+        _model_utility(rows),
         _defenses_scale(records),
         verdict,
         reason,
@@ -1029,7 +1061,6 @@ def _ch_7_3_4(records: Records) -> Finding:
         )
     else:
         verdict, reason = "not reproduced", "record-level DP leaves membership"
-    accs = _accuracies([*record_dp, *part_dp], "model_accuracy")
     aware_text = (
         f" (DP-aware adversary {_series(aware)})"
         if any(a is not None for a in aware)
@@ -1044,7 +1075,7 @@ def _ch_7_3_4(records: Records) -> Finding:
         f"record DP: precision {_series(mem)}, property AUC {_series(prop)}"
         f"{aware_text}; participant DP: property AUC "
         f"{_series([r['property_auc'] for r in part_dp])}",
-        _utility(accs, "model acc"),
+        _model_utility([*record_dp, *part_dp]),
         _defenses_scale(records),
         verdict,
         reason,

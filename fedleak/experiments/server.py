@@ -255,8 +255,11 @@ class RunRecorder:
                     )[:limit]
                 )
                 x, y = x[keep], y[keep]
+            # token ids (text tasks) stay integers for the embedding layer, as
+            # in the clients' data (fedleak.task)
+            integer = np.issubdtype(np.asarray(x).dtype, np.integer)
             self._test = (
-                torch.tensor(x, dtype=torch.float32),
+                torch.tensor(x, dtype=torch.int64 if integer else torch.float32),
                 torch.tensor(y, dtype=torch.int64),
             )
         return self._test
