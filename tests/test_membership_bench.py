@@ -99,6 +99,13 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
         assert curve["rounds"][-1] == row["rounds"]
         assert curve["test_accuracy"][-1] == row["model_accuracy"]
         assert isinstance(curve["plateau"], bool)
+        # and the property run's own model its curve (none when it diverged)
+        prop = row["property_accuracy_curve"]
+        if row is dp:
+            assert prop is None
+        else:
+            assert prop["rounds"][-1] == report["setup"]["property_rounds"]
+            assert 0.0 < prop["test_accuracy"][-1] <= 1.0
     assert "random forest" in report["property_features_whole_update"]
     # Table 7.5's denominator: a batch's gradient is partly zero (the rows
     # of absent words), so shares above its density drop nothing

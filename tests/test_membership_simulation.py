@@ -135,7 +135,7 @@ def test_the_run_records_its_test_accuracy_curve_without_changing_the_run(
     assert isinstance(curve["plateau"], bool)
     # measuring (eval mode between rounds) leaves dropout and every stream alone
     monkeypatch.setattr(
-        simulation, "_curve_recorder", lambda *a, **k: (lambda t, p: None, [])
+        simulation, "accuracy_recorder", lambda *a, **k: (lambda t, p: None, [])
     )
     plain = simulate_membership(small_checkins, setup, seed=1)
     assert plain.accuracy_curve["plateau"] is None

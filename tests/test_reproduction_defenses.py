@@ -487,3 +487,40 @@ def test_table_7_5_matches_the_strength_by_the_auc_with_everything_shared():
     assert "at home fraction 0.4, where its AUC with everything shared (0.940)" in (
         finding.reason
     )
+
+
+def test_table_7_7_gives_and_gates_on_the_property_runs_model():
+    rise = _fall_between(0.96, 1.0, 1.5)
+    record = _dropout([rise, 0.93, 0.96], [0.99, 0.98, 0.99])
+    rows = record["defenses"]["rows"]
+    for row, final in zip(rows, (0.90, 0.91, 0.88), strict=True):
+        row["accuracy_curve"] = {"plateau": True}
+        row["property_accuracy_curve"] = {
+            "test_accuracy": [0.5, 0.99, final],  # the last point is the model's
+            "plateau": True,
+        }
+    finding = assess(_claim("000 Table 7.7"), record)
+    assert finding.verdict == "reproduced"
+    assert finding.utility == (
+        "model acc 0.80 (plateau); property runs' model test acc 0.88-0.91 (plateau)"
+    )
+    # the property attack watched a model off its plateau: partly, and why
+    rows[1]["property_accuracy_curve"]["plateau"] = False
+    finding = assess(_claim("000 Table 7.7"), record)
+    assert finding.verdict == "partly"
+    assert finding.reason.endswith("; but the model was not at plateau in 1/3 runs")
+    assert finding.utility.endswith("test acc 0.88-0.91 (not at plateau in 1/3 runs)")
+    # a diverged property run (no curve) is left out, not counted as a plateau
+    rows[1]["property_accuracy_curve"] = None
+    finding = assess(_claim("000 Table 7.7"), record)
+    assert finding.verdict == "reproduced"
+    assert finding.utility.endswith("test acc 0.88-0.90 (plateau)")
+
+
+def test_model_utility_without_rows_claims_nothing():
+    from fedleak.bench.seed_claims import _model_utility
+
+    assert _model_utility([]) == "not recorded"
+    assert _model_utility([{"model_accuracy": 0.9}]) == (
+        "model acc 0.90 (plateau not recorded)"
+    )

@@ -82,6 +82,29 @@ def test_fig_7_6_rule(aucs, accuracy, verdict):
     assert assess(_claim("000 Fig. 7.6"), _active(aucs, accuracy)).verdict == verdict
 
 
+def test_property_findings_give_and_gate_on_the_plateau():
+    record = _active([0.80, 0.85, 0.84, 0.90], 0.8)
+    runs = record["property-active"]["runs"]
+    for run in runs:
+        run["accuracy"] = {"plateau": True}
+    finding = assess(_claim("000 Fig. 7.6"), record)
+    assert (finding.verdict, finding.utility) == (
+        "reproduced",
+        "test acc 0.80 (plateau)",
+    )
+    assert finding.scale == "3000/3000 it. = 1.00"
+    runs[2]["accuracy"] = {"plateau": False}
+    finding = assess(_claim("000 Fig. 7.6"), record)
+    assert finding.verdict == "partly"
+    assert finding.utility == "test acc 0.80 (not at plateau in 1/4 runs)"
+    assert finding.reason.endswith("; but the model was not at plateau in 1/4 runs")
+    # an accuracy curve under another key is not this record's
+    for run in runs:
+        run["accuracy_curve"] = run.pop("accuracy")
+    finding = assess(_claim("000 Fig. 7.6"), record)
+    assert (finding.verdict, finding.utility) == ("reproduced", "test acc 0.80")
+
+
 def _share(
     aucs: list[float],
     shares: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0),
@@ -1603,6 +1626,10 @@ def test_monte_carlo_rule_wants_the_vae_above_chance_not_only_above_the_gan():
         "2 SE of chance under HOG (0.55): the seed's order holds there, not its "
         "exposure"
     )
+    # both distances near chance: both named
+    both = _mc_record({"hog": (0.55, 0.38), "pca": (0.52, 0.30)}, trials=200)
+    finding = assess(_claim("004 Tables 4.5-4.6"), {seed_claims.MI_THESIS: both})
+    assert "within 2 SE of chance under HOG (0.55), PCA (0.52): " in finding.reason
     # VAE 0.56 over 400 trials: 2 SE = 0.050 < 0.06 above chance
     records[seed_claims.MI_THESIS]["monte_carlo"]["trials"] = 400
     records[seed_claims.MI_THESIS]["monte_carlo"]["rows"][0]["set_accuracy"] = 0.56

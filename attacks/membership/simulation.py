@@ -52,6 +52,7 @@ from .embedding import EmbeddingMembership, MembershipScores
 __all__ = [
     "CURVE_POINTS",
     "MembershipSetup",
+    "accuracy_recorder",
     "SimulationOutcome",
     "inputs_and_model",
     "model_auc",
@@ -354,13 +355,15 @@ def _train_and_observe(
     return params
 
 
-def _curve_recorder(
+def accuracy_recorder(
     model: torch.nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, rounds: int
 ) -> tuple[Callable[[int, dict[str, np.ndarray]], None], list[tuple[int, float]]]:
     """Return a callback measuring test accuracy at :data:`CURVE_POINTS` rounds.
 
-    The points land in the returned list. Evaluation runs the model in eval
-    mode without gradients, so it draws from no random stream.
+    The callback takes a round's number (from 1) and the parameters after
+    it; the ``(round, accuracy)`` points land in the returned list. ``model``
+    only needs the architecture: the parameters are loaded into it. It is
+    evaluated in eval mode, so no random stream is drawn from.
     """
     every = max(rounds // CURVE_POINTS, 1)
     points: list[tuple[int, float]] = []
@@ -443,7 +446,7 @@ def simulate_membership(
         raise ConfigError(f"the run needs >= 1 round, got {rounds}")
     x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
     y_test = torch.from_numpy(data.y_test)
-    after_round, points = _curve_recorder(model, x_test, y_test, rounds)
+    after_round, points = accuracy_recorder(model, x_test, y_test, rounds)
     params = _train_and_observe(
         model,
         params,

@@ -19,7 +19,7 @@ observed updates (:data:`FEATURES`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -273,6 +273,7 @@ def simulate_property_attacks(
     features: Sequence[str],
     aux_batches: int = 1,
     emulate_defenses: bool = False,
+    after_round: Callable[[int, dict[str, np.ndarray]], None] | None = None,
 ) -> dict[str, float]:
     """Single-batch property inference AUCs of several classifiers on one run.
 
@@ -282,16 +283,14 @@ def simulate_property_attacks(
 
     Parameters
     ----------
-    data : TextDataset
-        Training records (split evenly between target and adversary).
-    has_property : numpy.ndarray of bool
-        Property of every training record.
+    data, has_property : TextDataset, numpy.ndarray of bool
+        Training records (split evenly between target and adversary) and
+        the property of each.
     setup : MembershipSetup
         Model, batch size, server step and the target's defenses.
-    rounds : int
-        Rounds (even rounds: property batches of the target).
-    seed : int
-        Seeds the split, model, batches and noise.
+    rounds, seed : int
+        Rounds (even rounds: property batches of the target); the seed of
+        the split, model, batches and noise.
     features : sequence of {"embedding", "max", "bow"}
         The classifiers' features and models (:data:`FEATURES`), at least one.
     aux_batches : int, default=1
@@ -303,6 +302,9 @@ def simulate_property_attacks(
         defenses (its DP noise, top fraction, vocabulary, dropout), as it
         emulates the collaborative training it observes (Ch. 7.2.7); without
         it the classifier is trained on undefended gradients only.
+    after_round : callable, optional
+        Gets each round's number (from 1) and the parameters after it (e.g.
+        a :func:`~fedleak.attacks.membership.simulation.accuracy_recorder`).
 
     Returns
     -------
@@ -354,6 +356,8 @@ def simulate_property_attacks(
             observed[kind].append(property_features(others, kind))
         truth.append(int(prop))
         params = new
+        if after_round is not None:
+            after_round(t + 1, params)
     return {
         kind: _property_auc(run, kind, observed[kind], truth, seed)
         for kind in run.features

@@ -88,10 +88,12 @@ from rich.table import Table
 from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     SimulationOutcome,
+    accuracy_recorder,
     inputs_and_model,
     simulate_membership,
 )
 from fedleak.attacks.property.simulation import simulate_property_attacks
+from fedleak.curves import summarise_curve
 from fedleak.data.checkins import checkin_users, synthetic_checkin_task
 from fedleak.data.text import TextDataset
 from fedleak.defenses import ClientDefenses
@@ -218,9 +220,18 @@ def _property_aucs(
     seed: int,
     *,
     emulate: bool,
-) -> tuple[dict[str, float | None], str | None]:
-    """Return both classifiers' AUCs by feature set (Nones and why if diverged)."""
+) -> tuple[dict[str, float | None], str | None, dict[str, Any] | None]:
+    """Return both classifiers' AUCs by feature set (Nones and why if diverged).
+
+    The third item is the property run's own model's test-accuracy curve
+    (:func:`fedleak.curves.summarise_curve`; None if the model diverged).
+    """
     kinds = (PROPERTY_FEATURES, WHOLE_UPDATE_FEATURES)
+    x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
+    architecture = inputs_and_model(data, setup, np.random.SeedSequence(0))[2]
+    record, points = accuracy_recorder(
+        architecture, x_test, torch.from_numpy(data.y_test), rounds
+    )
     try:
         aucs = simulate_property_attacks(
             data,
@@ -231,10 +242,11 @@ def _property_aucs(
             aux_batches=AUX_BATCHES,
             features=kinds,
             emulate_defenses=emulate,
+            after_round=record,
         )
     except DataError as err:  # the defense's noise made the model diverge
-        return dict.fromkeys(kinds), str(err)
-    return {k: aucs[k] for k in kinds}, None
+        return dict.fromkeys(kinds), str(err), None
+    return {k: aucs[k] for k in kinds}, None, summarise_curve(points)
 
 
 def _row(
@@ -249,7 +261,7 @@ def _row(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     outcome: SimulationOutcome = simulate_membership(data, setup, seed=seed)
-    aucs, note = _property_aucs(
+    aucs, note, property_curve = _property_aucs(
         data, top_region, setup, property_rounds, seed, emulate=False
     )
     # Alg. 7 trains f_prop on the adversary's plain gradients; under DP noise
@@ -276,6 +288,8 @@ def _row(
         "model_accuracy": outcome.accuracy,
         "model_auc": outcome.auc,
         "accuracy_curve": outcome.accuracy_curve,
+        # the model the property attack watched (its own run)
+        "property_accuracy_curve": property_curve,
         "record_epsilon": outcome.record_epsilon,
         "participant_epsilon": outcome.participant_epsilon,
         "rounds": outcome.rounds,

@@ -126,7 +126,7 @@ def _utility(accs: Sequence[float], what: str = "test acc") -> str:
     return f"{what} {span}"
 
 
-def _plateau(runs: Sequence[Mapping[str, Any]], key: str = "accuracy") -> str:
+def _plateau(runs: Sequence[Mapping[str, Any]], key: str) -> str:
     """Say whether the runs' test accuracy had stopped rising (if recorded).
 
     ``key`` names each run's :func:`fedleak.curves.summarise_curve` summary.
@@ -141,6 +141,12 @@ def _plateau(runs: Sequence[Mapping[str, Any]], key: str = "accuracy") -> str:
     return f" (not at plateau in {len(flags) - sum(flags)}/{len(flags)} runs)"
 
 
+PROPERTY_CURVE: Final = "property_accuracy_curve"
+"""Row key, in ``bench defenses`` records, of the test-accuracy curve of the
+model the property attack watched (its own run, apart from the membership
+run's ``accuracy_curve``)."""
+
+
 def _model_utility(
     rows: Sequence[Mapping[str, Any]],
     what: str = "model acc",
@@ -149,11 +155,21 @@ def _model_utility(
     """Give the runs' model utility and whether their accuracy had plateaued.
 
     Rows of the membership and defenses records carry an ``accuracy_curve``;
-    records made before it say so instead of implying a plateau.
+    records made before it say so instead of implying a plateau. Defenses
+    rows also give the property run's model (:data:`PROPERTY_CURVE`).
     """
     text = _utility(_accuracies(rows, field), what)
     plateau = _plateau(rows, "accuracy_curve")
-    return text + (plateau or (" (plateau not recorded)" if rows else ""))
+    text += plateau or (" (plateau not recorded)" if rows else "")
+    curves = [
+        r[PROPERTY_CURVE] for r in rows if isinstance(r.get(PROPERTY_CURVE), Mapping)
+    ]
+    finals = [float(c["test_accuracy"][-1]) for c in curves if c.get("test_accuracy")]
+    if finals:
+        text += (
+            f"; property runs' model {_utility(finals)}{_plateau(rows, PROPERTY_CURVE)}"
+        )
+    return text
 
 
 def _gate_plateau(
@@ -202,7 +218,8 @@ def _property_finding(
     accs = _accuracies(runs, "test_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
     verdict, reason = _gate_plateau(verdict, reason, runs, "accuracy")
-    return Finding(measured, _utility(accs) + _plateau(runs), scale, verdict, reason)
+    utility = _utility(accs) + _plateau(runs, "accuracy")
+    return Finding(measured, utility, scale, verdict, reason)
 
 
 def auc_standard_error(auc: float, positives: int, negatives: int) -> float:
@@ -821,6 +838,7 @@ def _table_7_5_embedding(records: Records) -> Finding:
     reason += _share_strengths(records) + _random_share(records)
     accs = _accuracies(rows, "model_accuracy")
     verdict, reason = _gate(verdict, reason, accs)
+    verdict, reason = _gate_plateau(verdict, reason, rows, PROPERTY_CURVE)
     return Finding(
         f"property AUC {_series(aucs)} at share {_series(shares)}",
         _model_utility(rows, "model AUC", "model_auc"),
@@ -931,9 +949,9 @@ def _table_7_5(records: Records) -> Finding:
     if whole is None:
         return embedding
     verdict, reason, series, whole_rows = whole
-    # the property AUCs come from the property simulation's own training
-    # run, not from the model whose plateau the rows' accuracy_curve records
+    # the property AUCs come from the property run's own model
     verdict, reason = _gate(verdict, reason, _accuracies(whole_rows, "model_accuracy"))
+    verdict, reason = _gate_plateau(verdict, reason, whole_rows, PROPERTY_CURVE)
     fedleak = (
         f"embedding-row attack: {embedding.fedleak}; {WHOLE_UPDATE_NAME}: {series}"
     )
@@ -1023,6 +1041,7 @@ def _table_7_7(records: Records) -> Finding:
             verdict, reason = other, f"{why}; embedding-row attack: {reason}"
         else:
             reason = f"embedding-row {reason}; {why}"
+    verdict, reason = _gate_plateau(verdict, reason, rows, PROPERTY_CURVE)
     return Finding(
         f"{fedleak}; model AUC {_series(model_auc)} at p {_series(ps, 1)}",
         _model_utility(rows),
@@ -1988,9 +2007,7 @@ def _vae_near_chance(mc: Mapping[str, Any]) -> list[str]:
             and r["model"] == "vae"
             and r["distance"] == distance
         ]
-        if not values:
-            continue
-        vae = statistics.mean(values)
+        vae = statistics.mean(values) if values else math.nan  # nan: not near
         if vae - 0.5 <= 2 * math.sqrt(vae * (1 - vae) / trials):
             near.append(f"{distance.upper()} ({_f(vae, 2)})")
     return near
