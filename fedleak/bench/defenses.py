@@ -415,9 +415,9 @@ def run_defenses_bench(
         32, 5 epochs instead of 8 (the quick target has a third of the
         records, hence a third of the rounds per epoch), one or two
         settings per table, 30 property rounds instead of
-        :data:`PROPERTY_ROUNDS`. (The default took 8 minutes on a shared
-        2-core machine, more than half of it in the record-level DP rows;
-        the previous record took 27.)
+        :data:`PROPERTY_ROUNDS`. (The default took 12.6 minutes on a
+        shared 2-core machine, with 8 training passes; at 2 passes it took
+        8.5.)
     seed : int
         Seed of everything.
     home_fraction : float, default=HOME_FRACTION
