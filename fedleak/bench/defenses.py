@@ -224,14 +224,17 @@ def _property_aucs(
     """Return both classifiers' AUCs by feature set (Nones and why if diverged).
 
     The third item is the property run's own model's test-accuracy curve
-    (:func:`fedleak.curves.summarise_curve`; None if the model diverged).
+    (:func:`fedleak.curves.summarise_curve`); None if the model diverged or
+    with ``emulate`` (the row keeps the curve of the plain run).
     """
     kinds = (PROPERTY_FEATURES, WHOLE_UPDATE_FEATURES)
-    x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
-    architecture = inputs_and_model(data, setup, np.random.SeedSequence(0))[2]
-    record, points = accuracy_recorder(
-        architecture, x_test, torch.from_numpy(data.y_test), rounds
-    )
+    record, points = None, None
+    if not emulate:
+        x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
+        architecture = inputs_and_model(data, setup, np.random.SeedSequence(0))[2]
+        record, points = accuracy_recorder(
+            architecture, x_test, torch.from_numpy(data.y_test), rounds
+        )
     try:
         aucs = simulate_property_attacks(
             data,
@@ -246,7 +249,8 @@ def _property_aucs(
         )
     except DataError as err:  # the defense's noise made the model diverge
         return dict.fromkeys(kinds), str(err), None
-    return {k: aucs[k] for k in kinds}, None, summarise_curve(points)
+    curve = None if points is None else summarise_curve(points)
+    return {k: aucs[k] for k in kinds}, None, curve
 
 
 def _row(

@@ -126,19 +126,25 @@ def _utility(accs: Sequence[float], what: str = "test acc") -> str:
     return f"{what} {span}"
 
 
-def _plateau(runs: Sequence[Mapping[str, Any]], key: str) -> str:
-    """Say whether the runs' test accuracy had stopped rising (if recorded).
+def _off_plateau(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[int, int]:
+    """Count the runs off their plateau and the runs whose plateau was judged.
 
-    ``key`` names each run's :func:`fedleak.curves.summarise_curve` summary.
+    ``key`` names each run's :func:`fedleak.curves.summarise_curve` summary;
+    off the plateau, the last fifth's mean moved by 0.02 or more, up or down.
     """
     flags = [r[key]["plateau"] for r in runs if isinstance(r.get(key), Mapping)]
-    flags = [f for f in flags if f is not None]
-    if not flags:
+    judged = [f for f in flags if f is not None]
+    return len(judged) - sum(judged), len(judged)
+
+
+def _plateau(runs: Sequence[Mapping[str, Any]], key: str) -> str:
+    """Say whether the runs' test accuracy had stopped moving (if recorded)."""
+    off, judged = _off_plateau(runs, key)
+    if not judged:
         return ""
-    if all(flags):
+    if not off:
         return " (plateau)"
-    # off the plateau: the last fifth's mean moved by 0.02 or more, up or down
-    return f" (not at plateau in {len(flags) - sum(flags)}/{len(flags)} runs)"
+    return f" (not at plateau in {off}/{judged} runs)"
 
 
 PROPERTY_CURVE: Final = "property_accuracy_curve"
@@ -179,9 +185,12 @@ def _gate_plateau(
     key: str = "accuracy_curve",
 ) -> tuple[Verdict, str]:
     """Cap ``reproduced`` at ``partly`` when a run's model was off its plateau."""
-    off = _plateau(rows, key)
-    if verdict == "reproduced" and off.startswith(" (not at plateau"):
-        return "partly", f"{reason}; but the model was {off[2:-1]}"
+    off, judged = _off_plateau(rows, key)
+    if verdict == "reproduced" and off:
+        return (
+            "partly",
+            f"{reason}; but the model was not at plateau in {off}/{judged} runs",
+        )
     return verdict, reason
 
 
