@@ -1,4 +1,4 @@
-"""Learning-curve summaries: the plateau judged on the last two fifths of a run."""
+"""Learning-curve summaries: the plateau judged on the last fifth against the best before."""
 
 from __future__ import annotations
 
@@ -20,14 +20,38 @@ def test_a_curve_still_rising_in_its_last_fifths_is_no_plateau() -> None:
 def test_a_flat_end_is_a_plateau_and_the_tolerance_is_strict() -> None:
     rising_then_flat = [(r, min(0.1 * r, 0.8)) for r in range(1, 21)]
     assert summarise_curve(rising_then_flat)["plateau"] is True
-    # the last two fifths differ by exactly the tolerance: not a plateau
+    # the last fifth exactly the tolerance above the best before: not a plateau
     edge = [(r, 0.0) for r in range(1, 9)] + [(9, PLATEAU_TOLERANCE), (10, 0.02)]
     summary = summarise_curve(edge)
-    assert summary["last_fifth"] - summary["previous_fifth"] == PLATEAU_TOLERANCE
+    assert summary["last_fifth"] - summary["best_earlier_fifth"] == PLATEAU_TOLERANCE
     assert summary["plateau"] is False
-    # a fall counts as much as a rise
+    assert summary["below_best"] == 0.0
+
+
+def test_the_last_fifth_is_judged_against_the_best_earlier_fifth() -> None:
+    # DP-SGD's shape: best early (fifth 2: 0.9), a dip, a partial recovery
+    wander = [0.5, 0.6, 0.9, 0.9, 0.8, 0.8, 0.7, 0.7, 0.85, 0.85]
+    summary = summarise_curve(list(enumerate(wander, 1)))
+    assert summary["last_fifth"] == pytest.approx(0.85)
+    assert summary["previous_fifth"] == pytest.approx(0.7)  # a rise of 0.15 ...
+    assert summary["best_earlier_fifth"] == pytest.approx(0.9)  # ... to below
+    assert summary["plateau"] is True
+    assert summary["below_best"] == pytest.approx(0.05)
+    # a rise beyond every earlier fifth is no plateau, however late
+    late = [0.5, 0.6, 0.9, 0.9, 0.8, 0.8, 0.7, 0.7, 0.93, 0.93]
+    assert summarise_curve(list(enumerate(late, 1)))["plateau"] is False
+    # just under the tolerance above the best: a plateau
+    near = [0.5, 0.6, 0.9, 0.9, 0.8, 0.8, 0.7, 0.7, 0.915, 0.915]
+    assert summarise_curve(list(enumerate(near, 1)))["plateau"] is True
+    # a fall is a plateau with the fall given; the first fifth counts too
     falling = [(r, 0.9 - 0.05 * r) for r in range(1, 11)]
-    assert summarise_curve(falling)["plateau"] is False
+    summary = summarise_curve(falling)
+    assert summary["plateau"] is True
+    assert summary["best_earlier_fifth"] == pytest.approx(0.825)
+    assert summary["below_best"] == pytest.approx(0.4)
+    # with 11 points the first point is in no fifth (fifths of 2 from the end)
+    first_high = [(0, 1.0)] + [(r, 0.5) for r in range(1, 11)]
+    assert summarise_curve(first_high)["below_best"] == 0.0
 
 
 def test_thinning_keeps_every_nth_point_and_the_last() -> None:
@@ -38,13 +62,18 @@ def test_thinning_keeps_every_nth_point_and_the_last() -> None:
 
 
 def test_short_and_empty_curves() -> None:
-    # five to nine points: one point a fifth (the last against the one before)
+    # five to nine points: one point a fifth (the last against each before)
     five = [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.5), (5, 0.5)]
     assert summarise_curve(five)["plateau"] is True
     assert summarise_curve(five)["previous_fifth"] == 0.5
-    # fewer than five points: one point a fifth, the first before the last
+    assert summarise_curve(five)["best_earlier_fifth"] == 0.5
+    # fewer than five points: one point a fifth
     assert summarise_curve([(1, 0.2), (2, 0.9)])["plateau"] is False
-    assert summarise_curve([(1, 0.7)])["plateau"] is True
+    assert summarise_curve([(1, 0.9), (2, 0.2), (3, 0.3)])["below_best"] == (
+        pytest.approx(0.6)
+    )
+    one = summarise_curve([(1, 0.7)])  # nothing before: judged against itself
+    assert one["plateau"] is True and one["best_earlier_fifth"] == 0.7
     assert summarise_curve([]) == {"rounds": [], "test_accuracy": [], "plateau": None}
     with pytest.raises(ValueError, match="every must be >= 1"):
         summarise_curve([(1, 0.5)], every=0)

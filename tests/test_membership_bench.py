@@ -75,6 +75,9 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
     assert shared["property_auc"] < full["property_auc"]
     assert shared["membership_recall"] < 0.5
     dp = rows["participant_dp", 1.0]
+    # participant-level DP trains four times the passes (its plateau comes later)
+    assert dp["rounds"] == 4 * full["rounds"]
+    assert report["setup"]["participant_dp_epochs"] == 4 * report["setup"]["epochs"]
     # noise on every coordinate: every row moves, every record looks like a member
     assert dp["membership_precision"] == pytest.approx(0.5)
     assert dp["participant_epsilon"] > 0 and dp["record_epsilon"] is None
@@ -405,3 +408,24 @@ def test_bench_membership_check_ins_grow_denser_with_mean_checkins() -> None:
         distinct(load_bench_dataset("checkins", quick=True, seed=0, mean_checkins=20.0))
     )
     assert distinct(dense) > distinct(sparse) + 5
+
+
+@pytest.mark.in_default_run  # no simulation
+def test_dp_rows_train_longer_where_their_steps_are_smaller() -> None:
+    from fedleak.attacks.membership.simulation import MembershipSetup
+
+    from fedleak.bench.defenses import _setup_for
+
+    base = MembershipSetup(epochs=8, learning_rate=0.3)
+    # record-level DP: sigma times the passes at lr / sigma above sigma 1
+    low = _setup_for("record_dp", 0.5, base)
+    assert (low.epochs, low.learning_rate) == (8, 0.3)
+    high = _setup_for("record_dp", 4.0, base)
+    assert (high.epochs, high.learning_rate) == (32, pytest.approx(0.075))
+    assert high.defenses.dp_noise_multiplier == 4.0
+    # participant-level DP: four times the passes at the full step
+    participant = _setup_for("participant_dp", 0.3, base)
+    assert (participant.epochs, participant.learning_rate) == (32, 0.3)
+    assert participant.participant_noise == 0.3
+    # the other tables keep the undefended passes
+    assert _setup_for("dropout", 0.5, base).epochs == 8

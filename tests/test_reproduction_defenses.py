@@ -524,3 +524,30 @@ def test_model_utility_without_rows_claims_nothing():
     assert _model_utility([{"model_accuracy": 0.9}]) == (
         "model acc 0.90 (plateau not recorded)"
     )
+
+
+def test_the_scale_gives_the_dp_rows_longer_training_apart():
+    chance = [0.5, 0.5, 0.5]
+    record = _dp(chance, None)
+    rows = record["defenses"]["rows"]
+    # a record of DP rows alone: their rounds are the training rounds
+    assert assess(_claim("000 Ch. 7.3.4"), record).scale.startswith(
+        "100 training rounds, 480 property rounds, 10 records; "
+    )
+    rows.append({"table": "dropout", "setting": 0.5, "rounds": 25})
+    for row in rows[:4]:
+        row["rounds"] = 400 if row["table"] == "record_dp" else 300
+    scale = assess(_claim("000 Ch. 7.3.4"), record).scale
+    assert scale.startswith(
+        "25 training rounds (up to 400 for the DP rows), 480 property rounds, "
+        "10 records; "
+    )
+    # DP rows no longer than the others are not set apart
+    for row in rows[:4]:
+        row["rounds"] = 25
+    scale = assess(_claim("000 Ch. 7.3.4"), record).scale
+    assert scale.startswith("25 training rounds, 480 property rounds")
+    # a setup without the property rounds says it does not know them
+    del record["defenses"]["setup"]["property_rounds"]
+    scale = assess(_claim("000 Ch. 7.3.4"), record).scale
+    assert scale.startswith("25 training rounds, ? property rounds")

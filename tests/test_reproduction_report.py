@@ -98,6 +98,22 @@ def test_property_findings_give_and_gate_on_the_plateau():
     assert finding.verdict == "partly"
     assert finding.utility == "test acc 0.80 (not at plateau in 1/4 runs)"
     assert finding.reason.endswith("; but the model was not at plateau in 1/4 runs")
+    # runs that ended below their best are counted with the largest fall;
+    # a fall just under the tolerance, or none recorded, is no fall
+    runs[0]["accuracy"] = {"plateau": True, "below_best": 0.031}
+    runs[1]["accuracy"] = {"plateau": True, "below_best": 0.02}
+    runs[3]["accuracy"] = {"plateau": True, "below_best": 0.0199}
+    finding = assess(_claim("000 Fig. 7.6"), record)
+    assert finding.utility == (
+        "test acc 0.80 (not at plateau in 1/4 runs; 2/4 ended up to 0.03 below "
+        "their best)"
+    )
+    runs[2]["accuracy"] = {"plateau": True, "below_best": None}
+    finding = assess(_claim("000 Fig. 7.6"), record)
+    assert finding.verdict == "reproduced"  # a fall caps nothing
+    assert finding.utility == (
+        "test acc 0.80 (plateau; 2/4 ended up to 0.03 below their best)"
+    )
     # an accuracy curve under another key is not this record's
     for run in runs:
         run["accuracy_curve"] = run.pop("accuracy")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from ..curves import PLATEAU_TOLERANCE
 from .table_4_1 import THESIS_TABLE_4_1
 
 __all__ = [
@@ -130,21 +131,46 @@ def _off_plateau(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[int, int]
     """Count the runs off their plateau and the runs whose plateau was judged.
 
     ``key`` names each run's :func:`fedleak.curves.summarise_curve` summary;
-    off the plateau, the last fifth's mean moved by 0.02 or more, up or down.
+    off the plateau, the last fifth's mean is still 0.02 or more above the
+    best earlier fifth's.
     """
     flags = [r[key]["plateau"] for r in runs if isinstance(r.get(key), Mapping)]
     judged = [f for f in flags if f is not None]
     return len(judged) - sum(judged), len(judged)
 
 
+def _fell(runs: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    """Return the falls below their best fifth of the runs that fell that far.
+
+    Summaries made before ``below_best`` was recorded (whose rule already
+    called such a fall off the plateau) count as no fall.
+    """
+    falls = [
+        float(r[key].get("below_best") or 0.0)
+        for r in runs
+        if isinstance(r.get(key), Mapping)
+    ]
+    return [f for f in falls if f >= PLATEAU_TOLERANCE]
+
+
 def _plateau(runs: Sequence[Mapping[str, Any]], key: str) -> str:
-    """Say whether the runs' test accuracy had stopped moving (if recorded)."""
+    """Say whether the runs' test accuracy had stopped rising (if recorded).
+
+    Runs whose last fifth fell below their best earlier fifth are counted
+    with their largest fall: at their plateau, but not at its best.
+    """
     off, judged = _off_plateau(runs, key)
     if not judged:
         return ""
+    falls = _fell(runs, key)
+    fell = (
+        f"; {len(falls)}/{judged} ended up to {_f(max(falls), 2)} below their best"
+        if falls
+        else ""
+    )
     if not off:
-        return " (plateau)"
-    return f" (not at plateau in {off}/{judged} runs)"
+        return f" (plateau{fell})"
+    return f" (not at plateau in {off}/{judged} runs{fell})"
 
 
 PROPERTY_CURVE: Final = "property_accuracy_curve"
@@ -686,12 +712,23 @@ def _defense_rows(records: Records, table: str) -> list[Mapping[str, Any]]:
 
 def _defenses_scale(records: Records) -> str:
     setup = records["defenses"]["setup"]
-    rounds = {r["rounds"] for r in records["defenses"]["rows"]}
+    rows = records["defenses"]["rows"]
+    dp = {r["rounds"] for r in rows if r["table"] in DP_TABLES}
+    rounds = {r["rounds"] for r in rows if r["table"] not in DP_TABLES} or dp
+    longer = dp - rounds
+    training = f"{max(rounds)} training rounds" + (
+        f" (up to {max(longer)} for the DP rows)" if longer else ""
+    )
     feature = records["defenses"].get("property_features", "bag of words")
     return (
-        f"{max(rounds)} training rounds, {setup.get('property_rounds', '?')} "
+        f"{training}, {setup.get('property_rounds', '?')} "
         f"property rounds, {setup['num_train']} records; {feature}"
     )
+
+
+DP_TABLES: Final = ("participant_dp", "record_dp")
+"""The ``bench defenses`` tables whose rows train longer (its
+``DP_EPOCH_FACTOR``)."""
 
 
 SEED_SMALLEST_SHARE: Final = 0.1
