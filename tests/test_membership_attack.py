@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from fedleak.attacks.membership.embedding import (
@@ -59,6 +61,25 @@ def test_token_seen_only_by_the_adversary_is_not_reported() -> None:
     assert bag.tolist() == [3, 5]
     # without removing its own update the adversary would see its own words
     assert changed_rows(new.astype(np.float64) - theta).tolist() == [2, 3, 5, 6, 8, 9]
+
+
+def test_a_diverged_round_flags_its_rows_without_an_overflow_warning() -> None:
+    rng = np.random.default_rng(0)
+    theta = rng.uniform(-0.05, 0.05, (VOCAB, DIM)).astype(np.float32)
+    theta[0] = 0
+    own = _gradient([2, 5], rng)
+    new = theta.copy()
+    # the noised sum pushed the rows of both words and the target's (3, 7)
+    # to float32's edge
+    new[[2, 3, 5, 7]] = np.finfo(np.float32).max
+    attack = EmbeddingMembership(VOCAB)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from fit or cast
+        bag = attack.observe(
+            new.astype(np.float64) - theta, own=own, parameters=(theta, new)
+        )
+    # the fitted step explains the adversary's rows; the target's are moved
+    assert bag.tolist() == [3, 7]
 
 
 def test_contribution_scale_recovers_the_server_step() -> None:

@@ -410,31 +410,37 @@ class EmbeddingMembership:
                     f"delta {d.shape} and own update {u.shape} differ in shape"
                 )
             if parameters:
-                before, after = self._before_after(parameters, d.shape)
-                ulp = np.spacing(np.maximum(np.abs(before), np.abs(after))).astype(
-                    np.float64
-                )
-                fit_tolerance = ulp
-                if own_quantum:
-                    rough = abs(contribution_scale(d, u))
-                    fit_tolerance = ulp + 2.0 * rough * own_quantum
-                scale, spread = _fit_scale(d, u, fit_tolerance)
-                # What the server would have written had nobody else touched
-                # the rows: the residual is compared in float32 units, allowing
-                # for the error of the fitted scale.
-                predicted = (before.astype(np.float64) + scale * u).astype(np.float32)
-                d = after.astype(np.float64) - predicted.astype(np.float64)
-                ulp = np.spacing(np.maximum(np.abs(after), np.abs(predicted))).astype(
-                    np.float64
-                )
-                # rows the adversary did not touch are tested exactly, unless
-                # the aggregate is rounded (fixed point): then every row is
-                mine = np.abs(u).sum(axis=1, keepdims=True) > 0
-                if own_quantum:
-                    mine = np.ones_like(mine)
-                tolerance = tolerance + np.where(
-                    mine, self.ulps * ulp + spread * np.abs(u), 0.0
-                )
+                # a diverged model (the noised sum at float32's edge)
+                # overflows the fit and the prediction: the residual is then
+                # non-finite, which changed_rows flags as moved
+                with np.errstate(over="ignore", invalid="ignore"):
+                    before, after = self._before_after(parameters, d.shape)
+                    ulp = np.spacing(np.maximum(np.abs(before), np.abs(after))).astype(
+                        np.float64
+                    )
+                    fit_tolerance = ulp
+                    if own_quantum:
+                        rough = abs(contribution_scale(d, u))
+                        fit_tolerance = ulp + 2.0 * rough * own_quantum
+                    scale, spread = _fit_scale(d, u, fit_tolerance)
+                    # What the server would have written had nobody else touched
+                    # the rows: the residual is compared in float32 units, allowing
+                    # for the error of the fitted scale.
+                    predicted = (before.astype(np.float64) + scale * u).astype(
+                        np.float32
+                    )
+                    d = after.astype(np.float64) - predicted.astype(np.float64)
+                    ulp = np.spacing(
+                        np.maximum(np.abs(after), np.abs(predicted))
+                    ).astype(np.float64)
+                    # rows the adversary did not touch are tested exactly, unless
+                    # the aggregate is rounded (fixed point): then every row is
+                    mine = np.abs(u).sum(axis=1, keepdims=True) > 0
+                    if own_quantum:
+                        mine = np.ones_like(mine)
+                    tolerance = tolerance + np.where(
+                        mine, self.ulps * ulp + spread * np.abs(u), 0.0
+                    )
             else:
                 scale = contribution_scale(d, u)
                 d = d - scale * u
