@@ -20,6 +20,7 @@ from typing import Annotated, Any, Final
 import typer
 from rich.table import Table
 
+from fedleak.curves import PLATEAU_TOLERANCE
 from fedleak.errors import DataError
 
 from .console import out as console
@@ -37,6 +38,10 @@ number or shape holds), *partly* (part of it holds, or it holds on a model
 whose test accuracy is below {min_utility} or at a much smaller scale), *not
 reproduced* (the reason names the measurement), *no record*. "scale" is
 fedleak's run relative to the seed's (iterations, records, repetitions).
+"(plateau)" after a model's utility: its test accuracy had stopped rising
+(the mean of the run's last fifth less than {tolerance} above its best earlier
+fifth); a model still rising caps *reproduced* at *partly*. Runs that ended
+below their best are counted, with the largest fall.
 
 Verdicts: {counts}.
 
@@ -100,7 +105,11 @@ def render_report(records: Records) -> tuple[str, list[tuple[Claim, Finding]]]:
     summary = ", ".join(f"{counts[v]} {v}" for v in order if counts[v])
     columns = "| " + " | ".join(_COLUMNS) + " |\n|" + "---|" * len(_COLUMNS)
     text = _HEADER.format(
-        version=CLAIMS_VERSION, min_utility=MIN_UTILITY, counts=summary, columns=columns
+        version=CLAIMS_VERSION,
+        min_utility=MIN_UTILITY,
+        tolerance=PLATEAU_TOLERANCE,
+        counts=summary,
+        columns=columns,
     )
     text += "".join(_row(c, f) for c, f in judged)
     return text, judged
