@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -84,6 +85,38 @@ def test_only_a_shorter_run_of_the_same_experiment_is_extended(tmp_path):
     (broken / "config.toml").write_text("rounds = 'many'\n")
     (broken / "checkpoint.npz").write_bytes(b"")
     assert _shorter_run(broken, asked) is None
+
+
+def test_an_extension_stopped_part_way_goes_on_not_read_as_done(tmp_path, monkeypatch):
+    import fedleak.experiments.runner as runner
+    from fedleak.bench.property import _extend
+
+    path = "sim_configs/property_model_averaging.toml"
+    asked = load_config(path, ["rounds=8", "seed=0"])
+    # config.toml already says 8 rounds; results.json is the 5-round run's
+    run = _saved_run(tmp_path / "run", asked)
+    done = {"status": "completed", "completed_rounds": 5, "resumed_from": None}
+    (run / "results.json").write_text(json.dumps(done))
+    resumed = []
+    finished = {"status": "completed", "completed_rounds": 8, "resumed_from": 5}
+
+    def resume(run_dir, rounds, verbose):
+        resumed.append((run_dir, rounds))
+        return SimpleNamespace(results=finished)
+
+    monkeypatch.setattr(runner, "resume_experiment", resume)
+    results = _extend(run, asked, 8, verbose=False)
+    assert resumed == [(run, 8)]
+    assert results["completed_rounds"] == 8 and results["extended_from"] == 8
+    # once the extension completed, the run is only read
+    (run / "results.json").write_text(json.dumps(finished))
+    results = _extend(run, asked, 8, verbose=False)
+    assert len(resumed) == 1
+    assert results["extended_from"] == 5  # the round its last session went on from
+    # an unfinished run at the asked rounds goes on as well
+    (run / "results.json").write_text(json.dumps({**finished, "status": "interrupted"}))
+    _extend(run, asked, 8, verbose=False)
+    assert len(resumed) == 2
 
 
 def _fashion_mnist() -> None:

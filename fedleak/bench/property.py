@@ -244,14 +244,18 @@ def _extend(
     ``config.rounds`` (tested); its row's ``wall_s`` is the extension's
     time. A run already at ``config.rounds`` and completed is only read; its
     ``extended_from`` is then the round its last session went on from
-    (``resumed_from``; None for a run never resumed).
+    (``resumed_from``; None for a run never resumed). An extension stopped
+    part-way leaves ``config.rounds`` in the run's ``config.toml`` beside the
+    shorter run's completed ``results.json``: that run goes on from its last
+    checkpoint.
     """
     from fedleak.experiments.runner import resume_experiment
 
     results_path = run_dir / "results.json"
     if shorter == config.rounds and results_path.is_file():
         results: dict[str, Any] = json.loads(results_path.read_text("utf-8"))
-        if results.get("status") == "completed":
+        done = results.get("completed_rounds")
+        if results.get("status") == "completed" and done == config.rounds:
             return {**results, "extended_from": results.get("resumed_from")}
     results = resume_experiment(run_dir, rounds=config.rounds, verbose=verbose).results
     return {**results, "extended_from": shorter}
