@@ -991,6 +991,74 @@ def test_table_7_2_scale_names_epochs_when_the_runs_differ_in_length():
     )
 
 
+def _seed_scale(precisions: dict[tuple[str, int], float]) -> dict[str, Any]:
+    """3,000-iteration rows for ``(dataset, batch) -> precision``, split as stored."""
+
+    def row(dataset: str, batch: int, precision: float) -> dict[str, Any]:
+        return {
+            "dataset": dataset,
+            "batch_size": batch,
+            "precision": precision,
+            "recall": 1.0,
+            "model_accuracy": 0.9,
+            "num_rounds": 3000,
+            "accuracy_curve": {"plateau": True, "below_best": 0.0},
+        }
+
+    rows = [row(d, b, p) for (d, b), p in precisions.items()]
+    return {
+        "membership-3000": {"rows": [r for r in rows if r["dataset"] == "checkins"]},
+        "membership-3000-fortunes": {
+            "rows": [r for r in rows if r["dataset"] == "fortunes"]
+        },
+    }
+
+
+def test_table_7_2_is_judged_on_the_seed_scale_runs_once_they_cover_it():
+    short = _membership([0.99, 0.97, 0.90, 0.80, 0.70], 0.88, [300] * 5)
+    short["membership"]["thesis_table_7_2"]["yelp-health"] = [[32, 0.92], [64, 0.84]]
+    short["membership"]["rows"] += [
+        {**short["membership"]["rows"][0], "dataset": "fortunes", "batch_size": b}
+        for b in (32, 64)
+    ]
+    # seed-scale runs of every batch size but one: the short runs are judged
+    partial = _seed_scale({("checkins", 100): 0.5, ("fortunes", 32): 0.9})
+    finding = assess(_claim("000 Table 7.2"), {**short, **partial})
+    assert finding.scale.startswith("300/3000 it.")
+    assert finding.fedleak.startswith("checkins 0.990 / 0.970")
+    # every batch size at 3,000 iterations: those are judged, in batch order
+    precisions = {
+        ("checkins", 2000): 0.61,
+        ("checkins", 100): 0.95,
+        ("checkins", 200): 0.93,
+        ("checkins", 500): 0.85,
+        ("checkins", 1000): 0.75,
+        ("fortunes", 64): 0.82,
+        ("fortunes", 32): 0.90,
+    }
+    full = {**short, **_seed_scale(precisions)}
+    finding = assess(_claim("000 Table 7.2"), full)
+    assert finding.scale.startswith("3000/3000 it. = 1.00 at every batch size")
+    assert finding.fedleak == (
+        "checkins 0.950 / 0.930 / 0.850 / 0.750 / 0.610; fortunes 0.900 / 0.820"
+    )
+    assert finding.verdict == "reproduced"
+    assert "(plateau)" in finding.utility
+    # their fall is judged on them (up to 0.02 back up still falls) ...
+    full["membership-3000"]["rows"][0]["precision"] = 0.97  # B=2000 above B=1000
+    finding = assess(_claim("000 Table 7.2"), full)
+    assert (finding.verdict, finding.reason) == (
+        "not reproduced",
+        "precision does not fall or recall < 1",
+    )
+    full["membership-3000"]["rows"][0]["precision"] = 0.77  # 0.02 above: a fall
+    assert assess(_claim("000 Table 7.2"), full).verdict == "partly"  # gap 0.15
+    # ... as is their recall
+    full["membership-3000"]["rows"][0]["precision"] = 0.61
+    full["membership-3000-fortunes"]["rows"][1]["recall"] = 0.99
+    assert assess(_claim("000 Table 7.2"), full).verdict == "not reproduced"
+
+
 @pytest.fixture
 def quarter_se(monkeypatch):
     """Fix the SE of a difference at 0.125 (2 SE = 0.25, exact in binary)."""
@@ -1331,6 +1399,18 @@ def test_table_7_2_at_3000_iterations_reads_the_fortunes_record_too():
     fortunes["recall"] = 0.9
     assert assess(_claim("000 Table 7.2, 3,000 iterations"), record).verdict == (
         "not reproduced"
+    )
+
+
+def test_table_7_2_at_3000_iterations_reads_the_dense_runs_after_an_empty_flower_record():
+    record = _full(0.975, 0.88)
+    dense = {**record["membership-3000"]["rows"][1], "precision": 0.99}
+    record["membership-3000-flower"] = {"rows": []}  # adds nothing ...
+    record["membership-3000-dense"] = {"rows": [dense]}  # ... this still shows
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "; ? check-ins a user: checkins B=100: precision 0.990 (sparser 0.975), "
+        "recall 1.000"
     )
 
 

@@ -29,7 +29,12 @@ clients of a model-averaging round each keep an actor call of their own),
 and ``limit = 1`` is Flower's own worker. Returning a batch's replies as a
 Ray stream instead, one by one, was measured too: its report per reply cost
 more than the call it saved (a 30-client secure round took 0.147-0.152 s
-streamed, 0.117-0.129 s returned together).
+streamed, 0.117-0.129 s returned together). Streaming them through the
+actor channels (:mod:`~fedleak.runtime.actor_channels`), one socket write
+per outcome, was slower too on 2 cores: the server then unpickles and
+stores each reply while both actors compute, and the clients' handlers
+slowed by a third (the engine bench's secure round: 28-30 ms a round
+streamed, 21-24 ms returned together, on the same machine and day).
 """
 
 from __future__ import annotations
