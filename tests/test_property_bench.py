@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from cli_process import run_fedleak
-from fedleak.attacks.property.scoring import analyse_run, load_truth
+from fedleak.attacks.property.scoring import analyse_run, load_truth, phase_diagnostics
 from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
@@ -273,3 +273,16 @@ def test_quick_join_scores_a_control_run_whose_target_joins_without_it(tmp_path)
             float(np.median(after))
         )
     assert summary["participants_before"] == 2 and summary["participants_after"] == 3
+    # the emulated vs observed diagnostics, per run and count, as the scorer gives
+    for label in ("join", "control"):
+        assert summary["diagnostics"][label] == phase_diagnostics(
+            tmp_path / runs[label]["run_dir"], normalize=True
+        )
+        assert set(summary["diagnostics"][label]) == {"1", "2"}
+    results = json.loads(
+        (tmp_path / runs["join"]["run_dir"] / "results.json").read_text("utf-8")
+    )
+    (last_before,) = [
+        r for r in results["rounds"] if r["round"] == summary["join_round"] - 1
+    ]
+    assert summary["train_loss_before_join"] == last_before["train"]["train-loss"]

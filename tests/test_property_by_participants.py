@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from fedleak.attacks.property.classifier import (
     PropertyObservations,
     load_observations,
 )
-from fedleak.attacks.property.scoring import analyse_run
+from fedleak.attacks.property.scoring import analyse_run, phase_diagnostics
 from sklearn.metrics import roc_auc_score
 
 
@@ -139,3 +141,196 @@ def test_analyse_run_scores_by_count_on_request(tmp_path):
     order = np.argsort(obs.observed_rounds, kind="stable")
     assert per_count["scores"] == pytest.approx(expected[order].tolist())
     assert per_count["scores"] != pytest.approx(pooled["scores"])
+
+
+def _diagnostics_log(folder, *, with_count=True, one_label_in=None):
+    """Rounds 1-10 observe one other, 11-20 two; aux rows pos [3, 1, 0], neg [-3, 1, 0].
+
+    One other: the observed aggregate is a negative at half its property
+    coordinate, [-1.5, 1, 0] (norm ratio sqrt(3.25 / 10)).
+    Two others: an update unlike either label, [0, 0, 5], a tenth of that in
+    rounds 17-20 (the last fifth of its rounds is 19-20).
+    """
+    log = ObservationLog(folder)
+    rng = np.random.default_rng(3)
+    positive, negative = np.array([3.0, 1.0, 0.0]), np.array([-3.0, 1.0, 0.0])
+    for server_round in range(1, 21):
+        count = 1 if server_round <= 10 else 2
+        meta = {"pooling": "max"}
+        if with_count:
+            meta["emulated_participants"] = count
+        if count == 1:
+            observed = np.array([-1.5, 1.0, 0.0])
+        else:
+            observed = np.array([0.0, 0.0, 5.0 if server_round < 17 else 0.5])
+        labels = np.array([1, 0])
+        if one_label_in == count:
+            labels = np.array([1, 1])
+        log.write_round(
+            server_round,
+            observed=observed,
+            observed_round=server_round,
+            aux=np.stack([positive, negative]) + rng.normal(scale=0.01, size=(2, 3)),
+            aux_labels=labels,
+            meta=meta,
+        )
+
+
+def test_phase_diagnostics_compare_the_emulated_and_the_observed_aggregates(tmp_path):
+    _diagnostics_log(tmp_path / "adversary")
+    found = phase_diagnostics(tmp_path, classifier="logistic", folds=5)
+    assert set(found) == {"1", "2"}
+    one, two = found["1"], found["2"]
+    # the adversary's own examples separate perfectly in each phase
+    assert one["aux_cv_auc"] == 1.0 and two["aux_cv_auc"] == 1.0
+    assert one["aux_median_property"] > 0.8 > 0.2 > one["aux_median_none"]
+    # one other: the observed updates look like negatives
+    assert one["observed_median"] < 0.5
+    aux_norm = np.sqrt(10.0)
+    assert one["norm_ratio"] == pytest.approx(np.sqrt(3.25) / aux_norm, rel=0.01)
+    assert one["norm_ratio_last_fifth"] == pytest.approx(
+        np.sqrt(3.25) / aux_norm, rel=0.01
+    )
+    # two others: the whole phase's median, then the last fifth's (rounds 19-20)
+    assert two["norm_ratio"] == pytest.approx(5.0 / aux_norm, rel=0.01)
+    assert two["norm_ratio_last_fifth"] == pytest.approx(0.5 / aux_norm, rel=0.01)
+    assert 0.0 <= two["observed_median"] <= 1.0
+
+
+def test_phase_diagnostics_without_counts_or_with_one_label(tmp_path):
+    _diagnostics_log(tmp_path / "old" / "adversary", with_count=False)
+    (only,) = phase_diagnostics(tmp_path / "old", classifier="logistic").items()
+    assert only[0] == "1"  # logs without counts: one phase
+    assert only[1]["aux_cv_auc"] == 1.0
+    _diagnostics_log(tmp_path / "one" / "adversary", one_label_in=2)
+    two = phase_diagnostics(tmp_path / "one", classifier="logistic")["2"]
+    assert two["aux_cv_auc"] is None and two["observed_median"] is None
+    assert two["aux_median_property"] is None and two["aux_median_none"] is None
+    assert two["norm_ratio"] == pytest.approx(5.0 / np.sqrt(10.0), rel=0.01)
+
+
+def _ratio_observations() -> PropertyObservations:
+    """Count 1 in rounds 1-10, count 2 in rounds 11-14; aux norms vary by round.
+
+    Round r's two aux rows have norm r / 20 (some below 1); round 5's are zero
+    (no scale: skipped); the observation of round 0 has no aux rows (skipped).
+    An observation of round r has the ratio 0.5 to them in count 1 and 2 in
+    count 2, except rounds 9 and 13 (ratio 4) and 10 and 14 (ratio 8).
+    """
+    rounds = list(range(1, 15))
+    aux_rows, aux_rounds, aux_counts, labels = [], [], [], []
+    for r in rounds:
+        norm = 0.0 if r == 5 else r / 20
+        for label in (1, 0):
+            aux_rows.append([norm, 0.0])
+            aux_rounds.append(r)
+            aux_counts.append(1 if r <= 10 else 2)
+            labels.append(label)
+    observed, observed_rounds, observed_counts = [[9.0, 0.0]], [0], [1]
+    for r in rounds:
+        count = 1 if r <= 10 else 2
+        ratio = 0.5 if count == 1 else 2.0
+        if r in (9, 13):
+            ratio = 4.0
+        if r in (10, 14):
+            ratio = 8.0
+        observed.append([0.0, ratio * r / 20])
+        observed_rounds.append(r)
+        observed_counts.append(count)
+    return PropertyObservations(
+        observed_rounds=np.asarray(observed_rounds),
+        observed=np.asarray(observed),
+        aux_rounds=np.asarray(aux_rounds),
+        aux=np.asarray(aux_rows),
+        aux_labels=np.asarray(labels),
+        meta={},
+        aux_participants=np.asarray(aux_counts),
+        observed_participants=np.asarray(observed_counts),
+    )
+
+
+def test_norm_ratios_compare_each_observation_with_its_own_rounds_aux_rows():
+    from fedleak.attacks.property.scoring import _norm_ratios
+
+    obs = _ratio_observations()
+    one = obs.observed_participants == 1
+    # count 1: rounds 1-4, 6-8 at 0.5, 9 at 4, 10 at 8 (rounds 0 and 5 skipped);
+    # its last fifth is its last 9 // 5 = 1 ratio
+    assert _norm_ratios(obs, one, obs.aux_participants == 1) == (0.5, 8.0)
+    # count 2: rounds 11-12 at 2, 13 at 4, 14 at 8; a last fifth of one ratio
+    two = obs.observed_participants == 2
+    assert _norm_ratios(obs, two, obs.aux_participants == 2) == (3.0, 8.0)
+    # rounds 0-11 as one count: ten ratios, a last fifth of two (8 and 2)
+    many = replace(
+        obs,
+        observed_rounds=obs.observed_rounds[:12],
+        observed=obs.observed[:12],
+        aux_participants=np.ones_like(obs.aux_participants),
+        observed_participants=np.ones(12, dtype=int),
+    )
+    all_seen = np.ones(12, dtype=bool)
+    median, last = _norm_ratios(many, all_seen, np.ones(obs.aux.shape[0], bool))
+    assert median == pytest.approx(0.5) and last == pytest.approx(5.0)
+    # nothing to compare
+    none = np.zeros(obs.observed.shape[0], dtype=bool)
+    assert _norm_ratios(obs, none, obs.aux_participants == 1) == (None, None)
+
+
+def test_a_phase_without_aux_rows_or_observations_gives_nones():
+    from fedleak.attacks.property.scoring import _phase
+
+    obs = _ratio_observations()
+    clf = BatchPropertyClassifier(kind="logistic", random_state=0)
+    missing = _phase(obs, 3, clf, 5)  # no row of count 3 at all
+    assert set(missing) == {
+        "aux_cv_auc",
+        "aux_median_property",
+        "aux_median_none",
+        "observed_median",
+        "norm_ratio",
+        "norm_ratio_last_fifth",
+    }
+    assert set(missing.values()) == {None}
+    only_aux = replace(
+        obs,
+        observed_rounds=obs.observed_rounds[:1],
+        observed=obs.observed[:1],
+        observed_participants=np.asarray([1]),
+    )
+    found = _phase(only_aux, 2, clf, 5)  # aux rows of count 2, no observation
+    assert found["aux_cv_auc"] is not None and found["observed_median"] is None
+    assert found["norm_ratio"] is None
+    # negatives only: no classifier
+    negatives = replace(obs, aux_labels=np.zeros_like(obs.aux_labels))
+    assert _phase(negatives, 2, clf, 5)["aux_cv_auc"] is None
+
+
+def test_phase_diagnostics_use_the_given_classifier_seed_and_folds(tmp_path):
+    from sklearn.model_selection import StratifiedKFold
+
+    _write(tmp_path / "adversary", [(r, 1) for r in range(1, 41)])
+    obs = load_observations(tmp_path / "adversary")
+    cases: list[dict[str, Any]] = [
+        {},
+        {"seed": 3, "normalize": True, "folds": 4},
+        {"classifier": "logistic"},
+    ]
+    for kwargs in cases:
+        found = phase_diagnostics(tmp_path, **kwargs)["1"]
+        clf = BatchPropertyClassifier(
+            kind=kwargs.get("classifier", "random-forest"),
+            random_state=kwargs.get("seed", 0),
+            normalize=kwargs.get("normalize", False),
+        )
+        x, y = obs.aux, obs.aux_labels
+        cv = np.empty(y.size)
+        folds = StratifiedKFold(kwargs.get("folds", 5), shuffle=True, random_state=0)
+        for train, test in folds.split(x, y):
+            cv[test] = clf.fit(x[train], y[train]).property_scores(x[test])
+        assert found["aux_cv_auc"] == pytest.approx(roc_auc_score(y, cv))
+        assert found["aux_median_property"] == pytest.approx(np.median(cv[y == 1]))
+        observed = clf.fit(x, y).property_scores(obs.observed)
+        assert found["observed_median"] == pytest.approx(np.median(observed))
+    # two examples of each label still make two folds
+    _write(tmp_path / "small" / "adversary", [(1, 1), (2, 1)])
+    assert phase_diagnostics(tmp_path / "small")["1"]["aux_cv_auc"] is not None

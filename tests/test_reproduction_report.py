@@ -439,6 +439,72 @@ def test_fig_7_9_finding_names_the_control():
     assert bare.fedleak.endswith("; no control run")
 
 
+def test_fig_7_9_rule_edges_and_a_half_recorded_control():
+    # a net rise of exactly 0.4 is enough; exactly 0.05 is no rise
+    edge = assess(_claim("000 Fig. 7.9"), _join(0.25, 0.75, control=(0.0, 0.1)))
+    assert edge.verdict == "reproduced"
+    flat = assess(_claim("000 Fig. 7.9"), _join(0.0, 0.05, control=(0.25, 0.25)))
+    assert flat.verdict == "not reproduced"
+    # a control with no score after the join is no control
+    half = assess(_claim("000 Fig. 7.9"), _join(0.1, 0.9, control=(0.1, None)))
+    assert half.verdict == "partly"
+    assert half.fedleak.endswith("; no control run")
+    record = _join(0.1, 0.9)
+    assert assess(_claim("000 Fig. 7.9"), record).scale == (
+        seed_claims._property_scale(record["property-join"])
+    )
+
+
+def _diagnosed_join(verdict_case: tuple[float, float]) -> dict[str, Any]:
+    record = _join(*verdict_case)
+    phase = {
+        "aux_cv_auc": 0.9964,
+        "aux_median_property": 0.84,
+        "aux_median_none": 0.16,
+        "observed_median": 0.46,
+        "norm_ratio": 0.89,
+        "norm_ratio_last_fifth": 0.27,
+    }
+    record["property-join"]["summary"].update(
+        train_loss_before_join=0.00551,
+        diagnostics={
+            "join": {
+                "1": phase,
+                "2": {**phase, "aux_cv_auc": 0.9928, "norm_ratio_last_fifth": 0.0148},
+            },
+            "control": {"1": phase},
+        },
+    )
+    return record
+
+
+def test_fig_7_9_reason_gives_the_diagnostics_when_not_reproduced():
+    finding = assess(_claim("000 Fig. 7.9"), _diagnosed_join((0.46, 0.8)))
+    assert finding.verdict == "partly"
+    assert finding.reason == (
+        "scores rise by 0.34, 0.29 beyond the control's change, from 0.46 "
+        "(seed: ~0 -> ~1); the adversary's classifiers separate its own emulated "
+        "aggregates (cross-validated AUC 0.996 / 0.993, median scores 0.84 / 0.16 "
+        "with one other), but the observed updates shrink as the clients' records "
+        "are memorised (train loss 0.0055 before the join): at the end of each "
+        "phase they are 0.27x / 0.01x the norm of the emulated ones (local "
+        "training on fresh auxiliary records), and the honest client's updates "
+        "score 0.46, not near 0.16"
+    )
+    # without the loss the rest stays; a reproduced row needs no diagnosis
+    record = _diagnosed_join((0.46, 0.8))
+    del record["property-join"]["summary"]["train_loss_before_join"]
+    assert "are memorised: at the end" in assess(_claim("000 Fig. 7.9"), record).reason
+    reproduced = assess(_claim("000 Fig. 7.9"), _diagnosed_join((0.1, 0.9)))
+    assert reproduced.reason == (
+        "scores jump from low to high when the target joins (K = 2 -> 3)"
+    )
+    # one phase only (or none): nothing to compare, nothing added
+    record = _diagnosed_join((0.46, 0.8))
+    del record["property-join"]["summary"]["diagnostics"]["join"]["2"]
+    assert assess(_claim("000 Fig. 7.9"), record).reason.endswith("(seed: ~0 -> ~1)")
+
+
 def _rounds(absent: float | None) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "window": {

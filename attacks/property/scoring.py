@@ -20,18 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold
 
 from fedleak.errors import DataError
 
 from .classifier import (
     BatchPropertyClassifier,
+    PropertyObservations,
     dataset_score,
     load_observations,
     score_series,
     single_batch_auc,
 )
 
-__all__ = ["analyse_run", "load_truth"]
+__all__ = ["analyse_run", "load_truth", "phase_diagnostics"]
 
 
 def load_truth(path: str | Path) -> dict[int, float]:
@@ -121,3 +125,118 @@ def analyse_run(
         "aux_gradients": int(obs.aux.shape[0]),
         "features": int(obs.aux.shape[1]),
     }
+
+
+def phase_diagnostics(
+    run_dir: str | Path,
+    *,
+    classifier: str = "random-forest",
+    seed: int = 0,
+    normalize: bool = False,
+    folds: int = 5,
+) -> dict[str, dict[str, float | None]]:
+    """Say, per number of others observed, how well the adversary's examples fit.
+
+    For each count ``k`` of other participants (a late join changes it;
+    :meth:`~fedleak.attacks.property.classifier.PropertyObservations.scores_by_participants`)
+    this compares the labelled auxiliary aggregates the adversary emulated
+    with the aggregates it observed: a classifier that separates its own
+    examples but scores observations far from either label is being asked
+    about updates unlike those it was trained on.
+
+    Parameters
+    ----------
+    run_dir : path
+        A run directory holding ``adversary/``.
+    classifier, seed, normalize
+        As :func:`analyse_run`.
+    folds : int, default=5
+        Stratified folds of the cross-validated scores.
+
+    Returns
+    -------
+    dict
+        ``str(k)`` -> ``aux_cv_auc`` (cross-validated AUC of ``f_prop`` on
+        the auxiliary aggregates of ``k``; None with one label or too few
+        examples), ``aux_median_property`` and ``aux_median_none``
+        (median cross-validated score of each label), ``observed_median``
+        (median score of the observed aggregates of ``k``, by ``f_prop``
+        fitted on every auxiliary aggregate of ``k``), ``norm_ratio`` and
+        ``norm_ratio_last_fifth`` (median over the rounds of ``k``, and over
+        their last fifth, of an observed aggregate's feature norm over the
+        median norm of the auxiliary ones of its round: below 1 the observed
+        updates are smaller than those the adversary emulates).
+    """
+    obs = load_observations(Path(run_dir) / "adversary")
+    unfitted = BatchPropertyClassifier(
+        kind=classifier, random_state=seed, normalize=normalize
+    )
+    return {
+        str(int(k)): _phase(obs, int(k), unfitted, folds)
+        for k in np.unique(_counts(obs.observed_participants, obs.observed))
+    }
+
+
+def _counts(counts: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
+    """Return the recorded participant counts (one count, 1, for logs without)."""
+    return np.ones(rows.shape[0], dtype=int) if counts is None else counts
+
+
+def _phase(
+    obs: PropertyObservations, k: int, unfitted: BatchPropertyClassifier, folds: int
+) -> dict[str, float | None]:
+    mine = _counts(obs.aux_participants, obs.aux) == k
+    seen = _counts(obs.observed_participants, obs.observed) == k
+    x, y = obs.aux[mine], obs.aux_labels[mine]
+    out: dict[str, float | None] = {
+        "aux_cv_auc": None,
+        "aux_median_property": None,
+        "aux_median_none": None,
+        "observed_median": None,
+        "norm_ratio": None,
+        "norm_ratio_last_fifth": None,
+    }
+    out["norm_ratio"], out["norm_ratio_last_fifth"] = _norm_ratios(obs, seen, mine)
+    smallest = int(np.bincount(y, minlength=2).min()) if y.size else 0
+    if smallest < 2:
+        return out
+    cv = np.empty(y.size)
+    splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=0)
+    for train, test in splitter.split(x, y):
+        fitted = clone(unfitted).fit(x[train], y[train])
+        cv[test] = fitted.property_scores(x[test])
+    fitted = clone(unfitted).fit(x, y)
+    out.update(
+        aux_cv_auc=float(roc_auc_score(y, cv)),
+        aux_median_property=float(np.median(cv[y == 1])),
+        aux_median_none=float(np.median(cv[y == 0])),
+        observed_median=(
+            float(np.median(fitted.property_scores(obs.observed[seen])))
+            if seen.any()
+            else None
+        ),
+    )
+    return out
+
+
+def _norm_ratios(
+    obs: PropertyObservations, seen: np.ndarray, mine: np.ndarray
+) -> tuple[float | None, float | None]:
+    """Median per-round ratio of observed to auxiliary feature norms.
+
+    Each observed row is divided by the median norm of the auxiliary rows of
+    its own round (same model); returns the median over the phase and over
+    its last fifth of rounds (None without rows to compare).
+    """
+    aux_norms = np.linalg.norm(obs.aux[mine], axis=1)
+    aux_rounds = obs.aux_rounds[mine]
+    ratios: list[float] = []
+    for row, r in zip(obs.observed[seen], obs.observed_rounds[seen], strict=True):
+        same = aux_norms[aux_rounds == r]
+        scale = float(np.median(same)) if same.size else 0.0
+        if scale > 0.0:
+            ratios.append(float(np.linalg.norm(row)) / scale)
+    if not ratios:
+        return None, None
+    last = ratios[-max(len(ratios) // 5, 1) :]
+    return float(np.median(ratios)), float(np.median(last))

@@ -73,7 +73,7 @@ from rich.table import Table
 
 from fedleak import protocol
 from fedleak.attacks.property.classifier import single_batch_auc
-from fedleak.attacks.property.scoring import analyse_run
+from fedleak.attacks.property.scoring import analyse_run, phase_diagnostics
 from fedleak.curves import run_curve
 from fedleak.errors import ConfigError
 from fedleak.experiments.config import ExperimentConfig, load_config
@@ -660,6 +660,14 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     other partitions then hold other records of the same pools), is scored
     the same way: its scores after the join show what the join and the
     change of classifier alone do.
+
+    The summary's ``diagnostics`` compare, per phase and run, the labelled
+    aggregates the adversary emulated with those it observed
+    (:func:`~fedleak.attacks.property.scoring.phase_diagnostics`), and
+    ``train_loss_before_join`` is the clients' train loss in the last round
+    before the join: the clients' records, trained on every round, end up
+    memorised, their updates shrink, and the adversary's emulated updates
+    (local training on fresh auxiliary draws) stop resembling them.
     """
     overrides = ["target.join_round=5"] if s.quick else []
     rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
@@ -681,10 +689,31 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
         **join_participants(
             _aggregated_weights(s, rows[0]), sizes, spec.property_target, join
         ),
+        "train_loss_before_join": _train_loss(s, rows[0], join - 1),
+        "diagnostics": {
+            row["label"]: phase_diagnostics(
+                s.out.parent / row["run_dir"],
+                seed=s.seed,
+                normalize="join" in NORMALIZED_EXPERIMENTS,
+            )
+            for row in (rows[0], control)
+        },
     }
     rows.append(control)
     plot = _plot_series(s, "join", "score per round (target joins)", rows, [join])
     return rows, summary, [plot]
+
+
+def _train_loss(s: _Settings, row: dict[str, Any], round_: int) -> float | None:
+    """Return the clients' mean train loss of round ``round_`` (None if absent)."""
+    results = json.loads(
+        (s.out.parent / row["run_dir"] / "results.json").read_text(encoding="utf-8")
+    )
+    for entry in results.get("rounds", []):
+        if int(entry["round"]) == round_:
+            value = entry.get("train", {}).get("train-loss")
+            return float(value) if isinstance(value, int | float) else None
+    return None
 
 
 def _phase_medians(row: dict[str, Any], join: int, prefix: str) -> dict[str, Any]:

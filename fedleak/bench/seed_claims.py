@@ -482,12 +482,40 @@ def _fig_7_9(records: Records) -> Finding:
     else:
         verdict = "not reproduced"
         reason = "no rise in scores after the join beyond the control's"
+    if verdict != "reproduced":
+        reason += _join_diagnosis(s)
     return _property_finding(
         f"median score before / after join {_f(before, 2)} / {_f(after, 2)}" + control,
         rec["runs"],
         _property_scale(rec),
         verdict,
         reason,
+    )
+
+
+def _join_diagnosis(summary: Mapping[str, Any]) -> str:
+    """Say why the join's scores sit mid-range, from the record's diagnostics.
+
+    Empty unless the summary has the join run's ``diagnostics`` for one and
+    two others (:func:`fedleak.attacks.property.scoring.phase_diagnostics`).
+    """
+    found = summary.get("diagnostics", {}).get("join", {})
+    one, two = found.get("1"), found.get("2")
+    if not one or not two:
+        return ""
+    loss = summary.get("train_loss_before_join")
+    memorised = "" if loss is None else f" (train loss {_f(loss, 4)} before the join)"
+    return (
+        f"; the adversary's classifiers separate its own emulated aggregates "
+        f"(cross-validated AUC {_f(one['aux_cv_auc'])} / {_f(two['aux_cv_auc'])}, "
+        f"median scores {_f(one['aux_median_property'], 2)} / "
+        f"{_f(one['aux_median_none'], 2)} with one other), but the observed "
+        f"updates shrink as the clients' records are memorised{memorised}: at the "
+        f"end of each phase they are {_f(one['norm_ratio_last_fifth'], 2)}x / "
+        f"{_f(two['norm_ratio_last_fifth'], 2)}x the norm of the emulated ones "
+        f"(local training on fresh auxiliary records), and the honest client's "
+        f"updates score {_f(one['observed_median'], 2)}, not near "
+        f"{_f(one['aux_median_none'], 2)}"
     )
 
 
