@@ -188,15 +188,15 @@ def _phase(
     mine = _counts(obs.aux_participants, obs.aux) == k
     seen = _counts(obs.observed_participants, obs.observed) == k
     x, y = obs.aux[mine], obs.aux_labels[mine]
+    ratio, ratio_last = _norm_ratios(obs, seen, mine)
     out: dict[str, float | None] = {
         "aux_cv_auc": None,
         "aux_median_property": None,
         "aux_median_none": None,
         "observed_median": None,
-        "norm_ratio": None,
-        "norm_ratio_last_fifth": None,
+        "norm_ratio": ratio,
+        "norm_ratio_last_fifth": ratio_last,
     }
-    out["norm_ratio"], out["norm_ratio_last_fifth"] = _norm_ratios(obs, seen, mine)
     smallest = int(np.bincount(y, minlength=2).min()) if y.size else 0
     if smallest < 2:
         return out

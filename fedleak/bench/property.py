@@ -572,11 +572,16 @@ def _model_averaging(
     return rows, summary, [plot]
 
 
-def _aggregated_weights(s: _Settings, row: dict[str, Any]) -> dict[int, float]:
-    """Return ``n`` of every round's model average (``aggregated-examples``)."""
-    results = json.loads(
+def _run_results(s: _Settings, row: dict[str, Any]) -> dict[str, Any]:
+    """Read the ``results.json`` of a row's run (next to the bench's JSON)."""
+    results: dict[str, Any] = json.loads(
         (s.out.parent / row["run_dir"] / "results.json").read_text(encoding="utf-8")
     )
+    return results
+
+
+def _aggregated_weights(results: dict[str, Any]) -> dict[int, float]:
+    """Return ``n`` of every round's model average (``aggregated-examples``)."""
     weights: dict[int, float] = {}
     for entry in results.get("rounds", []):
         value = entry.get("train", {}).get(protocol.AGGREGATED_EXAMPLES)
@@ -682,14 +687,15 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     join = config.target.join_round
     spec = config.task()
     sizes = [client_data(spec, p).num_train for p in range(_k(config))]
+    results = _run_results(s, rows[0])
     summary = {
         "join_round": join,
         **_phase_medians(rows[0], join, ""),
         **_phase_medians(control, join, "control_"),
         **join_participants(
-            _aggregated_weights(s, rows[0]), sizes, spec.property_target, join
+            _aggregated_weights(results), sizes, spec.property_target, join
         ),
-        "train_loss_before_join": _train_loss(s, rows[0], join - 1),
+        "train_loss_before_join": _train_loss(results, join - 1),
         "diagnostics": {
             row["label"]: phase_diagnostics(
                 s.out.parent / row["run_dir"],
@@ -704,11 +710,8 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     return rows, summary, [plot]
 
 
-def _train_loss(s: _Settings, row: dict[str, Any], round_: int) -> float | None:
+def _train_loss(results: dict[str, Any], round_: int) -> float | None:
     """Return the clients' mean train loss of round ``round_`` (None if absent)."""
-    results = json.loads(
-        (s.out.parent / row["run_dir"] / "results.json").read_text(encoding="utf-8")
-    )
     for entry in results.get("rounds", []):
         if int(entry["round"]) == round_:
             value = entry.get("train", {}).get("train-loss")
