@@ -105,17 +105,17 @@ def test_an_extension_stopped_part_way_goes_on_not_read_as_done(tmp_path, monkey
         return SimpleNamespace(results=finished)
 
     monkeypatch.setattr(runner, "resume_experiment", resume)
-    results = _extend(run, asked, 8, verbose=False)
-    assert resumed == [(run, 8)]
+    results, ran = _extend(run, asked, 8, verbose=False)
+    assert resumed == [(run, 8)] and ran
     assert results["completed_rounds"] == 8 and results["extended_from"] == 8
     # once the extension completed, the run is only read
     (run / "results.json").write_text(json.dumps(finished))
-    results = _extend(run, asked, 8, verbose=False)
-    assert len(resumed) == 1
+    results, ran = _extend(run, asked, 8, verbose=False)
+    assert len(resumed) == 1 and not ran
     assert results["extended_from"] == 5  # the round its last session went on from
     # an unfinished run at the asked rounds goes on as well
     (run / "results.json").write_text(json.dumps({**finished, "status": "interrupted"}))
-    _extend(run, asked, 8, verbose=False)
+    assert _extend(run, asked, 8, verbose=False)[1]
     assert len(resumed) == 2
 
 
@@ -153,6 +153,11 @@ def test_extended_runs_score_as_runs_started_with_their_rounds(tmp_path):
     again = run_property_bench("two-party", grown, rounds=8, extend=True, **run)
     assert again["runs"][0]["series"] == a["series"]  # read, not run again
     assert again["runs"][0]["extended_from"] == 5
+    # a run only read keeps its last session's simulation time
+    read = json.loads(
+        (tmp_path / again["runs"][0]["run_dir"] / "results.json").read_text()
+    )
+    assert again["runs"][0]["wall_s"] == read["timing"]["total_s"] > 0.0
 
 
 @pytest.mark.slow
@@ -249,6 +254,92 @@ def test_fig_7_5_window_refuses_a_run_too_short_for_it(tmp_path):
     s = _Settings(tmp_path / "r.json", False, 0, 4, None, None, False, print)
     with pytest.raises(ConfigError, match="--rounds 4 is too few"):
         _window_overrides(s)
+
+
+def test_window_aucs_compare_the_trials_within_each_window_of_rounds():
+    from fedleak.bench.property import window_aucs
+
+    def row(rounds, scores):
+        return {"series": {"rounds": rounds, "scores": scores}}
+
+    # rounds 1-6 in three windows: the property trial scores higher in the
+    # first, lower in the second, the same in the third
+    rows = [
+        row([1, 2, 3, 4, 5, 6], [0.9, 0.7, 0.1, 0.3, 0.5, 0.5]),
+        row([1, 2, 3, 4, 5, 6], [0.2, 0.4, 0.6, 0.8, 0.5, 0.5]),
+    ]
+    labels = np.asarray([True, False])
+    assert window_aucs(rows, labels, 3) == [
+        {"first_round": 1, "last_round": 2, "whole_dataset_auc": 1.0},
+        {"first_round": 3, "last_round": 4, "whole_dataset_auc": 0.0},
+        {"first_round": 5, "last_round": 6, "whole_dataset_auc": 0.5},
+    ]
+    # unequal windows: seven rounds in three give 3 / 2 / 2; a trial without
+    # a score in a window gives no AUC there; the mean, not the median, counts
+    rows = [
+        row([1, 2, 3, 4, 5, 6, 7], [0.0, 0.0, 0.9, 0.9, 0.9, 0.9, 0.9]),
+        row([1, 2, 4, 5], [0.2, 0.2, 0.1, 0.1]),
+    ]
+    found = window_aucs(rows, labels, 3)
+    assert [(w["first_round"], w["last_round"]) for w in found] == [
+        (1, 3),
+        (4, 5),
+        (6, 7),
+    ]
+    assert found[0]["whole_dataset_auc"] == 1.0  # mean 0.3 > 0.2, median 0 < 0.2
+    assert found[1]["whole_dataset_auc"] == 1.0
+    assert found[2]["whole_dataset_auc"] is None
+    # more windows than rounds: empty windows are left out
+    assert len(window_aucs(rows[:1] * 2, labels, 10)) == 7
+
+
+@pytest.mark.slow
+@pytest.mark.needs_fashion_mnist
+def test_quick_model_averaging_compares_trials_per_window_with_diagnostics(tmp_path):
+    """Fig. 7.8: one property and one control trial, their windows and diagnostics."""
+    _fashion_mnist()
+    out = tmp_path / "averaging.json"
+    report = run_property_bench("model-averaging", out, quick=True, rounds=10)
+    runs = {r["label"]: r for r in report["runs"]}
+    assert set(runs) == {"K3-property-0", "K3-control-0"}
+    summary = report["summary"]
+    windows = summary["K3"]["auc_by_window"]
+    scored = runs["K3-property-0"]["series"]["rounds"]
+    assert len(windows) == 5 and windows[0]["first_round"] == min(scored)
+    assert windows[-1]["last_round"] == max(scored) >= 8
+    for window in windows:
+        means = [
+            np.mean(
+                [
+                    y
+                    for x, y in zip(*r["series"].values(), strict=True)
+                    if window["first_round"] <= x <= window["last_round"]
+                ]
+            )
+            for r in (runs["K3-property-0"], runs["K3-control-0"])
+        ]
+        auc = 1.0 if means[0] > means[1] else 0.0 if means[0] < means[1] else 0.5
+        assert window["whole_dataset_auc"] == auc
+    for label, row in runs.items():
+        assert summary["diagnostics"][label] == phase_diagnostics(
+            tmp_path / row["run_dir"], normalize=True
+        )
+        assert set(summary["diagnostics"][label]) == {"2"}  # two others, K = 3
+    # refitted on the first 2, 4, ..., 10 rounds' emulations
+    fits = summary["K3"]["auc_by_fit_rounds"]
+    assert [f["fit_last_round"] for f in fits] == [2, 4, 6, 8, 10]
+    assert fits[-1]["whole_dataset_auc"] == summary["K3"]["whole_dataset_auc"]
+    for fit in fits:
+        means = [
+            analyse_run(
+                tmp_path / runs[label]["run_dir"],
+                normalize=True,
+                fit_until=fit["fit_last_round"],
+            )["dataset_score"]
+            for label in ("K3-property-0", "K3-control-0")
+        ]
+        auc = 1.0 if means[0] > means[1] else 0.0 if means[0] < means[1] else 0.5
+        assert fit["whole_dataset_auc"] == auc
 
 
 @pytest.mark.slow

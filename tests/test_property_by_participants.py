@@ -143,6 +143,41 @@ def test_analyse_run_scores_by_count_on_request(tmp_path):
     assert per_count["scores"] != pytest.approx(pooled["scores"])
 
 
+def test_analyse_run_fits_on_the_early_rounds_on_request(tmp_path):
+    from fedleak.errors import DataError
+
+    _write(tmp_path / "adversary", [(r, 1 if r <= 6 else 2) for r in range(1, 13)])
+    obs = load_observations(tmp_path / "adversary")
+    clf = BatchPropertyClassifier(kind="logistic", random_state=0)
+    order = np.argsort(obs.observed_rounds, kind="stable")
+    early = analyse_run(tmp_path, classifier="logistic", fit_until=5)
+    # fitted on rounds 1-5's auxiliary gradients, every observed round scored
+    expected = obs.scores(obs.fit(clf, max_round=5))[order]
+    assert early["scores"] == pytest.approx(expected.tolist())
+    assert len(early["scores"]) == 11
+    assert early["scores"] != pytest.approx(
+        analyse_run(tmp_path, classifier="logistic")["scores"]
+    )
+    # the run's last round or beyond: the same as fitting on everything
+    assert analyse_run(tmp_path, classifier="logistic", fit_until=12)["scores"] == (
+        pytest.approx(analyse_run(tmp_path, classifier="logistic")["scores"])
+    )
+    # per count: count 2's classifier sees rounds 7-8 only
+    by_count = analyse_run(
+        tmp_path, classifier="logistic", by_participants=True, fit_until=8
+    )
+    mine = (obs.aux_participants == 2) & (obs.aux_rounds <= 8)
+    two = BatchPropertyClassifier(kind="logistic", random_state=0).fit(
+        obs.aux[mine], obs.aux_labels[mine]
+    )
+    rows = obs.observed_participants[order] == 2
+    assert np.asarray(by_count["scores"])[rows] == pytest.approx(
+        two.property_scores(obs.observed[order][rows])
+    )
+    with pytest.raises(DataError, match=r"fit_until=0 leaves auxiliary gradients of 0"):
+        analyse_run(tmp_path, classifier="logistic", fit_until=0)
+
+
 def _diagnostics_log(folder, *, with_count=True, one_label_in=None):
     """Rounds 1-10 observe one other, 11-20 two; aux rows pos [3, 1, 0], neg [-3, 1, 0].
 
@@ -191,6 +226,9 @@ def test_phase_diagnostics_compare_the_emulated_and_the_observed_aggregates(tmp_
     assert one["norm_ratio_last_fifth"] == pytest.approx(
         np.sqrt(3.25) / aux_norm, rel=0.01
     )
+    # both labels' emulations have the same size
+    assert one["label_norm_ratio"] == pytest.approx(1.0, abs=0.02)
+    assert two["label_norm_ratio_last_fifth"] == pytest.approx(1.0, abs=0.02)
     # two others: the whole phase's median, then the last fifth's (rounds 19-20)
     assert two["norm_ratio"] == pytest.approx(5.0 / aux_norm, rel=0.01)
     assert two["norm_ratio_last_fifth"] == pytest.approx(0.5 / aux_norm, rel=0.01)
@@ -276,6 +314,54 @@ def test_norm_ratios_compare_each_observation_with_its_own_rounds_aux_rows():
     assert _norm_ratios(obs, none, obs.aux_participants == 1) == (None, None)
 
 
+def test_label_norm_ratios_compare_each_rounds_two_labels():
+    from fedleak.attacks.property.scoring import _label_norm_ratios, _phase
+
+    # round r: the property's row has norm r, the other's 1 (ratio r); round
+    # 4's row without it is zero (skipped); round 11 has no row without it
+    rows, rounds, labels = [], [], []
+    for r in range(1, 12):
+        rows.append([float(r), 0.0])
+        rounds.append(r)
+        labels.append(1)
+        if r != 11:
+            rows.append([0.0, 0.0 if r == 4 else 1.0])
+            rounds.append(r)
+            labels.append(0)
+    obs = PropertyObservations(
+        observed_rounds=np.asarray([1]),
+        observed=np.asarray([[1.0, 0.0]]),
+        aux_rounds=np.asarray(rounds),
+        aux=np.asarray(rows),
+        aux_labels=np.asarray(labels),
+        meta={},
+        aux_participants=np.asarray([1 if r <= 6 else 2 for r in rounds]),
+        observed_participants=np.asarray([1]),
+    )
+    everything = np.ones(len(rows), dtype=bool)
+    # ratios 1, 2, 3, 5, ..., 10: median 6; the last fifth is one ratio, 10
+    assert _label_norm_ratios(obs, everything) == (6.0, 10.0)
+    # rounds 1-6 only: 1, 2, 3, 5, 6
+    assert _label_norm_ratios(obs, obs.aux_participants == 1) == (3.0, 6.0)
+    # two property rows in a round: their median over the other's
+    doubled = replace(
+        obs,
+        aux=np.vstack([obs.aux, [[5.0, 0.0]]]),
+        aux_rounds=np.append(obs.aux_rounds, 1),
+        aux_labels=np.append(obs.aux_labels, 1),
+        aux_participants=np.append(obs.aux_participants, 1),
+    )
+    assert _label_norm_ratios(doubled, doubled.aux_participants == 1) == (3.0, 6.0)
+    assert _label_norm_ratios(doubled, doubled.aux_rounds == 1) == (3.0, 3.0)
+    # no round with both labels and a non-zero divisor
+    assert _label_norm_ratios(obs, obs.aux_rounds == 4) == (None, None)
+    assert _label_norm_ratios(obs, obs.aux_rounds == 11) == (None, None)
+    clf = BatchPropertyClassifier(kind="logistic", random_state=0)
+    found = _phase(obs, 2, clf, 5)
+    assert found["label_norm_ratio"] == 8.5  # rounds 7-10
+    assert found["label_norm_ratio_last_fifth"] == 10.0
+
+
 def test_a_phase_without_aux_rows_or_observations_gives_nones():
     from fedleak.attacks.property.scoring import _phase
 
@@ -289,6 +375,8 @@ def test_a_phase_without_aux_rows_or_observations_gives_nones():
         "observed_median",
         "norm_ratio",
         "norm_ratio_last_fifth",
+        "label_norm_ratio",
+        "label_norm_ratio_last_fifth",
     }
     assert set(missing.values()) == {None}
     only_aux = replace(

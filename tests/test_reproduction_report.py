@@ -487,10 +487,31 @@ def test_fig_7_9_reason_gives_the_diagnostics_when_not_reproduced():
         "aggregates (cross-validated AUC 0.996 / 0.993, median scores 0.84 / 0.16 "
         "with one other), but the observed updates shrink as the clients' records "
         "are memorised (train loss 0.0055 before the join): at the end of each "
-        "phase they are 0.27x / 0.01x the norm of the emulated ones (local "
-        "training on fresh auxiliary records), and the honest client's updates "
-        "score 0.46, not near 0.16"
+        "phase they are 0.27x / 0.01x the norm of the emulated ones, and the "
+        "honest client's updates score 0.46, not near 0.16"
     )
+    # with the two labels' norms: how the emulations with the property grow
+    record = _diagnosed_join((0.46, 0.8))
+    found = record["property-join"]["summary"]["diagnostics"]["join"]
+    found["1"] = {
+        **found["1"],
+        "label_norm_ratio": 1.34,
+        "label_norm_ratio_last_fifth": 7.2,
+    }
+    found["2"] = {
+        **found["2"],
+        "label_norm_ratio": 13.44,
+        "label_norm_ratio_last_fifth": 57.6,
+    }
+    assert (
+        "0.27x / 0.01x the norm of the emulated ones, while its emulations with "
+        "the property grow to 7x / 58x the norm of those without by the end of "
+        "each phase (1.3x / 13.4x over it: watermarked renderings of its records, "
+        "never trained on, against the records themselves), and the honest"
+    ) in assess(_claim("000 Fig. 7.9"), record).reason
+    # one phase without the ratio: nothing said of it
+    found["2"]["label_norm_ratio"] = None
+    assert "grow to" not in assess(_claim("000 Fig. 7.9"), record).reason
     # without the loss the rest stays; a reproduced row needs no diagnosis
     record = _diagnosed_join((0.46, 0.8))
     del record["property-join"]["summary"]["train_loss_before_join"]
@@ -503,6 +524,113 @@ def test_fig_7_9_reason_gives_the_diagnostics_when_not_reproduced():
     record = _diagnosed_join((0.46, 0.8))
     del record["property-join"]["summary"]["diagnostics"]["join"]["2"]
     assert assess(_claim("000 Fig. 7.9"), record).reason.endswith("(seed: ~0 -> ~1)")
+
+
+def _averaging(k3: float, k5: float, **summary: Any) -> dict[str, Any]:
+    return {
+        "property-model-averaging": {
+            "summary": {
+                "trials": 2,
+                "K3": {"whole_dataset_auc": k3, **summary.pop("K3", {})},
+                "K5": {"whole_dataset_auc": k5, **summary.pop("K5", {})},
+                **summary,
+            },
+            "scale": {},
+            "runs": [{"test_accuracy": 0.8}],
+        }
+    }
+
+
+def _averaging_phase(observed: float, cv: float, ratio: float) -> dict[str, Any]:
+    return {
+        "2": {
+            "aux_cv_auc": cv,
+            "aux_median_property": 0.86,
+            "aux_median_none": 0.12,
+            "observed_median": observed,
+            "norm_ratio": 0.6,
+            "norm_ratio_last_fifth": 0.02,
+            "label_norm_ratio": ratio,
+            "label_norm_ratio_last_fifth": 10 * ratio,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("k3", "k5", "verdict", "reason"),
+    [
+        (0.95, 0.9, "reproduced", "property trials score above control trials"),
+        (0.9, 0.7, "partly", "separated at one K only"),
+        (0.89, 0.7, "not reproduced", "property and control trials overlap"),
+    ],
+)
+def test_fig_7_8_rule_needs_both_k_separated(k3, k5, verdict, reason):
+    finding = assess(_claim("000 Fig. 7.8"), _averaging(k3, k5))
+    assert finding.verdict == verdict and finding.reason.startswith(reason)
+    assert finding.fedleak == f"trial AUC K=3 {k3:.2f}, K=5 {k5:.2f} (2 trials per arm)"
+
+
+def test_fig_7_8_reason_gives_windows_refits_and_diagnostics():
+    windows = {
+        "auc_by_window": [
+            {"first_round": 1, "last_round": 2, "whole_dataset_auc": 0.77},
+            {"first_round": 3, "last_round": 4, "whole_dataset_auc": 0.844},
+            {"first_round": 5, "last_round": 5, "whole_dataset_auc": None},
+        ],
+        "auc_by_fit_rounds": [
+            {"fit_last_round": 100, "whole_dataset_auc": 1.0},
+            {"fit_last_round": 200, "whole_dataset_auc": 0.9375},
+        ],
+    }
+    k5 = {
+        "auc_by_window": [
+            {"first_round": 1, "last_round": 5, "whole_dataset_auc": 0.6}
+        ],
+        "auc_by_fit_rounds": [
+            {"fit_last_round": 100, "whole_dataset_auc": 0.8125},
+            {"fit_last_round": 200, "whole_dataset_auc": 0.71875},
+        ],
+    }
+    diagnostics = {
+        "K3-property-0": _averaging_phase(0.48, 0.98, 1.2),
+        "K3-property-1": _averaging_phase(0.84, 1.0, 1.4),
+        "K3-control-0": _averaging_phase(0.34, 0.99, 1.6),
+        "K3-control-1": _averaging_phase(0.68, 0.97, 2.0),
+        "K5-control-0": _averaging_phase(0.0, 0.0, 100.0),  # not read
+    }
+    record = _averaging(0.8, 0.7, K3=windows, K5=k5, diagnostics=diagnostics)
+    finding = assess(_claim("000 Fig. 7.8"), record)
+    assert finding.verdict == "not reproduced"
+    assert finding.reason == (
+        "property and control trials overlap; the overlap holds in every fifth of "
+        "the rounds (trial AUC K=3 0.77-0.84, K=5 0.60); fitted on the emulations "
+        "of the first 100 / 200 rounds only, the classifier gives K=3 1.00 / 0.94, "
+        "K=5 0.81 / 0.72; the adversary's classifier separates its own emulated "
+        "aggregates (K = 3, medians over the runs: cross-validated AUC 0.98, "
+        "scores 0.86 with the property and 0.12 without) but scores the observed "
+        "ones in between in both arms (median per run: property 0.48-0.84, "
+        "control 0.34-0.68): they are 0.60x the norm of its emulations, and its "
+        "emulations with the property 1.5x those without, 15x in the last fifth "
+        "of the rounds (watermarked renderings of its records, never trained on, "
+        "against the records themselves, trained on every round)"
+    )
+    # a reproduced row needs no diagnosis; a record without them adds nothing
+    assert (
+        assess(
+            _claim("000 Fig. 7.8"),
+            _averaging(0.95, 0.95, K3=windows, diagnostics=diagnostics),
+        ).reason
+        == "property trials score above control trials at K = 3 and 5"
+    )
+    assert assess(_claim("000 Fig. 7.8"), _averaging(0.8, 0.7)).reason == (
+        "property and control trials overlap"
+    )
+    # diagnostics of one arm only: not compared
+    one_arm = {k: v for k, v in diagnostics.items() if "control" not in k}
+    reason = assess(
+        _claim("000 Fig. 7.8"), _averaging(0.8, 0.7, diagnostics=one_arm)
+    ).reason
+    assert reason == "property and control trials overlap"
 
 
 def _rounds(absent: float | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ Run directory layout read here::
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def analyse_run(
     smooth: int = 1,
     normalize: bool = False,
     by_participants: bool = False,
+    fit_until: int | None = None,
 ) -> dict[str, Any]:
     """Train ``f_prop`` on a finished run's logged auxiliary gradients and score it.
 
@@ -85,6 +87,11 @@ def analyse_run(
         One classifier per number of other participants the adversary
         observed (a late join changes it; see
         :meth:`~fedleak.attacks.property.classifier.PropertyObservations.scores_by_participants`).
+    fit_until : int, optional
+        Fit on the auxiliary gradients of rounds ``<= fit_until`` only (every
+        observed round is still scored): shows whether the emulations of
+        later rounds, e.g. once the clients' records are memorised, mislead
+        the classifier.
 
     Returns
     -------
@@ -97,6 +104,8 @@ def analyse_run(
     """
     folder = Path(run_dir)
     obs = load_observations(folder / "adversary")
+    if fit_until is not None:
+        obs = _aux_until(obs, fit_until)
     unfitted = BatchPropertyClassifier(
         kind=classifier, random_state=seed, normalize=normalize
     )
@@ -125,6 +134,29 @@ def analyse_run(
         "aux_gradients": int(obs.aux.shape[0]),
         "features": int(obs.aux.shape[1]),
     }
+
+
+def _aux_until(obs: PropertyObservations, last_round: int) -> PropertyObservations:
+    """Return ``obs`` with the auxiliary gradients of rounds ``<= last_round`` only.
+
+    Raises :class:`DataError` when that leaves fewer than both labels.
+    """
+    keep = obs.aux_rounds <= last_round
+    if np.unique(obs.aux_labels[keep]).size < 2:
+        raise DataError(
+            f"fit_until={last_round} leaves auxiliary gradients of "
+            f"{np.unique(obs.aux_labels[keep]).size} label(s); the classifier needs "
+            "both (the log's first round is "
+            f"{int(obs.aux_rounds.min()) if obs.aux_rounds.size else 'none'})"
+        )
+    participants = obs.aux_participants
+    return replace(
+        obs,
+        aux=obs.aux[keep],
+        aux_rounds=obs.aux_rounds[keep],
+        aux_labels=obs.aux_labels[keep],
+        aux_participants=None if participants is None else participants[keep],
+    )
 
 
 def phase_diagnostics(
@@ -165,7 +197,12 @@ def phase_diagnostics(
         ``norm_ratio_last_fifth`` (median over the rounds of ``k``, and over
         their last fifth, of an observed aggregate's feature norm over the
         median norm of the auxiliary ones of its round: below 1 the observed
-        updates are smaller than those the adversary emulates).
+        updates are smaller than those the adversary emulates), and
+        ``label_norm_ratio`` and ``label_norm_ratio_last_fifth`` (the same
+        medians of a round's emulated aggregate with the property over the
+        one without: far above 1 the two labels differ by size as well as by
+        the property, e.g. when the property's records are renderings the
+        model never trained on and the others are records it has memorised).
     """
     obs = load_observations(Path(run_dir) / "adversary")
     unfitted = BatchPropertyClassifier(
@@ -189,6 +226,7 @@ def _phase(
     seen = _counts(obs.observed_participants, obs.observed) == k
     x, y = obs.aux[mine], obs.aux_labels[mine]
     ratio, ratio_last = _norm_ratios(obs, seen, mine)
+    label_ratio, label_ratio_last = _label_norm_ratios(obs, mine)
     out: dict[str, float | None] = {
         "aux_cv_auc": None,
         "aux_median_property": None,
@@ -196,6 +234,8 @@ def _phase(
         "observed_median": None,
         "norm_ratio": ratio,
         "norm_ratio_last_fifth": ratio_last,
+        "label_norm_ratio": label_ratio,
+        "label_norm_ratio_last_fifth": label_ratio_last,
     }
     smallest = int(np.bincount(y, minlength=2).min()) if y.size else 0
     if smallest < 2:
@@ -236,6 +276,32 @@ def _norm_ratios(
         scale = float(np.median(same)) if same.size else 0.0
         if scale > 0.0:
             ratios.append(float(np.linalg.norm(row)) / scale)
+    return _median_and_last_fifth(ratios)
+
+
+def _label_norm_ratios(
+    obs: PropertyObservations, mine: np.ndarray
+) -> tuple[float | None, float | None]:
+    """Median per-round ratio of the property emulations' norm to the others'.
+
+    For each round with auxiliary rows of both labels among ``mine``: the
+    median feature norm of its rows with the property over that of its rows
+    without; returns the median over the rounds and over their last fifth
+    (None without such a round, or where every ratio's divisor is zero).
+    """
+    norms = np.linalg.norm(obs.aux[mine], axis=1)
+    rounds, labels = obs.aux_rounds[mine], obs.aux_labels[mine]
+    ratios: list[float] = []
+    for r in np.unique(rounds):
+        here = rounds == r
+        with_it, without = norms[here & (labels == 1)], norms[here & (labels == 0)]
+        if with_it.size and without.size and np.median(without) > 0.0:
+            ratios.append(float(np.median(with_it) / np.median(without)))
+    return _median_and_last_fifth(ratios)
+
+
+def _median_and_last_fifth(ratios: list[float]) -> tuple[float | None, float | None]:
+    """Return the median of ``ratios`` and of their last fifth (Nones if empty)."""
     if not ratios:
         return None, None
     last = ratios[-max(len(ratios) // 5, 1) :]

@@ -173,17 +173,21 @@ def _run(
     shorter = _shorter_run(run_dir, config) if s.extend else None
     started = time.perf_counter()
     if shorter is not None:
-        s.say(
-            f"{experiment}: {label} (extended from {shorter} to {config.rounds} "
-            f"rounds, K={_k(config)})"
+        growth = (
+            f"extended from {shorter} to {config.rounds} rounds"
+            if shorter < config.rounds
+            else f"{config.rounds} rounds, read if completed"
         )
-        results = _extend(run_dir, config, shorter, s.verbose)
+        s.say(f"{experiment}: {label} ({growth}, K={_k(config)})")
+        results, ran = _extend(run_dir, config, shorter, s.verbose)
     else:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         s.say(f"{experiment}: {label} ({config.rounds} rounds, K={_k(config)})")
         results = run_experiment(config, out=run_dir, verbose=s.verbose).results
-    wall = time.perf_counter() - started
+        ran = True
+    # a run only read keeps the simulation time of its last session
+    wall = time.perf_counter() - started if ran else results["timing"]["total_s"]
     analysis = analyse_run(
         run_dir,
         seed=s.seed,
@@ -236,15 +240,17 @@ def _shorter_run(run_dir: Path, config: ExperimentConfig) -> int | None:
 
 def _extend(
     run_dir: Path, config: ExperimentConfig, shorter: int, verbose: bool
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], bool]:
     """Extend the run in ``run_dir`` to ``config.rounds``; return its results.
 
     The run goes on from its last checkpoint (``fedleak run --resume RUN
     --rounds N``), which gives the numbers of a run started with
     ``config.rounds`` (tested); its row's ``wall_s`` is the extension's
-    time. A run already at ``config.rounds`` and completed is only read; its
-    ``extended_from`` is then the round its last session went on from
-    (``resumed_from``; None for a run never resumed). An extension stopped
+    time. A run already at ``config.rounds`` and completed is only read
+    (the returned flag, *ran*, is then False; its row's ``wall_s`` is its last
+    session's simulation time); its ``extended_from`` is then the round its
+    last session went on from (``resumed_from``; None for a run never
+    resumed). An extension stopped
     part-way leaves ``config.rounds`` in the run's ``config.toml`` beside the
     shorter run's completed ``results.json``: that run goes on from its last
     checkpoint.
@@ -256,9 +262,9 @@ def _extend(
         results: dict[str, Any] = json.loads(results_path.read_text("utf-8"))
         done = results.get("completed_rounds")
         if results.get("status") == "completed" and done == config.rounds:
-            return {**results, "extended_from": results.get("resumed_from")}
+            return {**results, "extended_from": results.get("resumed_from")}, False
     results = resume_experiment(run_dir, rounds=config.rounds, verbose=verbose).results
-    return {**results, "extended_from": shorter}
+    return {**results, "extended_from": shorter}, True
 
 
 def _k(config: ExperimentConfig) -> int:
@@ -518,9 +524,26 @@ THESIS_TRIALS = 8
 """Property and control trials per arm of Fig. 7.8 (seed 000 Ch. 7.2.7)."""
 
 
+WINDOWS: Final = 5
+"""Windows of rounds over which Fig. 7.8's trials are compared once more."""
+
+
 def _model_averaging(
     s: _Settings,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """Property and control trials of K = 3 and 5 under model averaging (Fig. 7.8).
+
+    Besides each K's whole-dataset AUC over all rounds, the summary gives it
+    per window of rounds (``auc_by_window``, :func:`window_aucs`: an overlap
+    present from the first window is not a late-training effect), with the
+    classifier fitted on the emulations of the first fifth, two fifths, ...
+    of the rounds only (``auc_by_fit_rounds``: whether later emulations
+    mislead it), and the
+    ``diagnostics`` of every run
+    (:func:`~fedleak.attacks.property.scoring.phase_diagnostics`): how well
+    the adversary's classifier separates its own emulated aggregates, where
+    it scores the observed ones, and how the emulations' norms compare.
+    """
     ks = [3] if s.quick else [3, 5]
     trials = s.trials or (1 if s.quick else THESIS_TRIALS)
     rows: list[dict[str, Any]] = []
@@ -551,7 +574,17 @@ def _model_averaging(
             "mean_score_property": float(means[labels].mean()),
             "mean_score_control": float(means[~labels].mean()),
             "whole_dataset_auc": single_batch_auc(labels.astype(int), means),
+            "auc_by_window": window_aucs(mine, labels, WINDOWS),
+            "auc_by_fit_rounds": _fit_round_aucs(s, mine, labels),
         }
+    summary["diagnostics"] = {
+        row["label"]: phase_diagnostics(
+            s.out.parent / row["run_dir"],
+            seed=s.seed,
+            normalize="model-averaging" in NORMALIZED_EXPERIMENTS,
+        )
+        for row in rows
+    }
 
     def draw(fig: Any) -> None:
         for i, k in enumerate(ks):
@@ -570,6 +603,84 @@ def _model_averaging(
 
     plot = write_figure(_plot_path(s, "boxplots"), draw, (5.0 * len(ks), 3.8))
     return rows, summary, [plot]
+
+
+def window_aucs(
+    rows: Sequence[dict[str, Any]], labels: np.ndarray, windows: int
+) -> list[dict[str, Any]]:
+    """Whole-dataset AUC of the trials over each window of rounds (Fig. 7.8).
+
+    The scored rounds of all ``rows`` (their ``series``) are split into
+    ``windows`` runs of consecutive rounds, as equal in count as they can be;
+    in each, a trial's score is the mean of its scores there and the AUC
+    separates the trials whose ``labels`` are true (property) from the rest.
+
+    Returns
+    -------
+    list of dict
+        ``first_round``, ``last_round`` and ``whole_dataset_auc`` per window
+        (None for a window where a trial has no score).
+    """
+    rounds = np.unique(np.concatenate([r["series"]["rounds"] for r in rows]))
+    found: list[dict[str, Any]] = []
+    for part in np.array_split(rounds, windows):
+        if part.size == 0:
+            continue
+        means: list[float] = []
+        for row in rows:
+            at = np.asarray(row["series"]["rounds"])
+            inside = (at >= part[0]) & (at <= part[-1])
+            if not inside.any():
+                break
+            means.append(float(np.mean(np.asarray(row["series"]["scores"])[inside])))
+        auc = (
+            single_batch_auc(labels.astype(int), np.asarray(means))
+            if len(means) == len(rows)
+            else None
+        )
+        found.append(
+            {
+                "first_round": int(part[0]),
+                "last_round": int(part[-1]),
+                "whole_dataset_auc": auc,
+            }
+        )
+    return found
+
+
+def _fit_round_aucs(
+    s: _Settings, rows: Sequence[dict[str, Any]], labels: np.ndarray
+) -> list[dict[str, Any]]:
+    """Trial AUC with ``f_prop`` fitted on the first ``i / WINDOWS`` of the rounds.
+
+    Each run is scored again (every round) by a classifier fitted on the
+    auxiliary gradients of rounds ``<= round(i * rounds / WINDOWS)`` only
+    (:func:`~fedleak.attacks.property.scoring.analyse_run`'s ``fit_until``),
+    its mean score is its trial score, and the AUC separates the property
+    trials from the controls. The last entry fits on every round.
+    """
+    rounds = int(rows[0]["rounds"])
+    found: list[dict[str, Any]] = []
+    for i in range(1, WINDOWS + 1):
+        last = round(i * rounds / WINDOWS)
+        means = [
+            analyse_run(
+                s.out.parent / row["run_dir"],
+                seed=s.seed,
+                normalize="model-averaging" in NORMALIZED_EXPERIMENTS,
+                fit_until=last,
+            )["dataset_score"]
+            for row in rows
+        ]
+        found.append(
+            {
+                "fit_last_round": last,
+                "whole_dataset_auc": single_batch_auc(
+                    labels.astype(int), np.asarray(means)
+                ),
+            }
+        )
+    return found
 
 
 def _run_results(s: _Settings, row: dict[str, Any]) -> dict[str, Any]:
@@ -671,8 +782,11 @@ def _join(s: _Settings) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]
     (:func:`~fedleak.attacks.property.scoring.phase_diagnostics`), and
     ``train_loss_before_join`` is the clients' train loss in the last round
     before the join: the clients' records, trained on every round, end up
-    memorised, their updates shrink, and the adversary's emulated updates
-    (local training on fresh auxiliary draws) stop resembling them.
+    memorised and their updates shrink; the adversary's emulations without
+    the property train on its own records (memorised as well), those with
+    it on watermarked renderings the model never trained on, so the two
+    labels come to differ in size (``label_norm_ratio``) and the real
+    updates resemble neither.
     """
     overrides = ["target.join_round=5"] if s.quick else []
     rows = [_run(s, "join", "join", overrides, {}, secagg=bool(s.secagg))]
@@ -1074,7 +1188,11 @@ def command(
             f"{row['wall_s']:.1f}",
         )
     console.print(table)
-    console.print(f"summary: {report['summary']}", highlight=False)
+    # the per-run diagnostics are for the JSON, too long for a terminal
+    shown = {k: v for k, v in report["summary"].items() if k != "diagnostics"}
+    console.print(f"summary: {shown}", highlight=False)
+    if "diagnostics" in report["summary"]:
+        console.print("per-run diagnostics: the JSON's summary", highlight=False)
     for plot in report["plots"]:
         console.print(f"written: {out.with_name(plot)}", highlight=False)
     written(out)

@@ -435,6 +435,8 @@ def _fig_7_8(records: Records) -> Finding:
         reason = "separated at one K only; the trials overlap at the other"
     else:
         verdict, reason = "not reproduced", "property and control trials overlap"
+    if verdict != "reproduced":
+        reason += _averaging_diagnosis(s)
     return _property_finding(
         f"trial AUC K=3 {_f(k3, 2)}, K=5 {_f(k5, 2)} ({s['trials']} trials per arm)",
         rec["runs"],
@@ -442,6 +444,88 @@ def _fig_7_8(records: Records) -> Finding:
         verdict,
         reason,
     )
+
+
+def _averaging_diagnosis(summary: Mapping[str, Any]) -> str:
+    """Say where Fig. 7.8's trials overlap and why, from the record's summary.
+
+    Reads each K's ``auc_by_window`` (trial AUC per window of rounds) and the
+    K = 3 runs' ``diagnostics``
+    (:func:`fedleak.attacks.property.scoring.phase_diagnostics`, keyed by run
+    label ``K3-<arm>-<i>``, one phase of two others). Empty where the summary
+    has neither.
+    """
+    parts: list[str] = []
+    spans = [
+        f"K={k} {_range([w['whole_dataset_auc'] for w in windows])}"
+        for k in (3, 5)
+        if (windows := summary.get(f"K{k}", {}).get("auc_by_window"))
+    ]
+    if spans:
+        parts.append(
+            f"the overlap holds in every fifth of the rounds (trial AUC "
+            f"{', '.join(spans)})"
+        )
+    fits = {
+        k: found
+        for k in (3, 5)
+        if (found := summary.get(f"K{k}", {}).get("auc_by_fit_rounds"))
+    }
+    if fits:
+        lasts = [f["fit_last_round"] for f in next(iter(fits.values()))]
+        parts.append(
+            "fitted on the emulations of the first "
+            f"{' / '.join(map(str, lasts))} rounds only, the classifier gives "
+            + ", ".join(
+                f"K={k} {_series([f['whole_dataset_auc'] for f in v], 2)}"
+                for k, v in fits.items()
+            )
+        )
+    found = summary.get("diagnostics", {})
+    arms = {
+        arm: [
+            phase
+            for label, phases in found.items()
+            if label.startswith(f"K3-{arm}-")
+            for phase in phases.values()
+        ]
+        for arm in ("property", "control")
+    }
+    if arms["property"] and arms["control"]:
+        runs = arms["property"] + arms["control"]
+
+        def median(key: str, digits: int = 2) -> str:
+            values = [float(r[key]) for r in runs if r.get(key) is not None]
+            return _f(statistics.median(values), digits) if values else "n/a"
+
+        observed = {
+            arm: _range([r["observed_median"] for r in phases])
+            for arm, phases in arms.items()
+        }
+        parts.append(
+            "the adversary's classifier separates its own emulated aggregates "
+            f"(K = 3, medians over the runs: cross-validated AUC "
+            f"{median('aux_cv_auc')}, scores {median('aux_median_property')} with "
+            f"the property and {median('aux_median_none')} without) but scores "
+            "the observed ones in between in both arms (median per run: property "
+            f"{observed['property']}, control {observed['control']}): they are "
+            f"{median('norm_ratio')}x the norm of its emulations, and its "
+            f"emulations with the property {median('label_norm_ratio', 1)}x "
+            f"those without, {median('label_norm_ratio_last_fifth', 0)}x in the "
+            "last fifth "
+            "of the rounds (watermarked renderings of its records, never trained "
+            "on, against the records themselves, trained on every round)"
+        )
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _range(values: Sequence[float | None], digits: int = 2) -> str:
+    """Return ``lo-hi`` of the known ``values`` (one alone; ``n/a`` for none)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    lo, hi = _f(min(known), digits), _f(max(known), digits)
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def _fig_7_9(records: Records) -> Finding:
@@ -512,10 +596,25 @@ def _join_diagnosis(summary: Mapping[str, Any]) -> str:
         f"{_f(one['aux_median_none'], 2)} with one other), but the observed "
         f"updates shrink as the clients' records are memorised{memorised}: at the "
         f"end of each phase they are {_f(one['norm_ratio_last_fifth'], 2)}x / "
-        f"{_f(two['norm_ratio_last_fifth'], 2)}x the norm of the emulated ones "
-        f"(local training on fresh auxiliary records), and the honest client's "
+        f"{_f(two['norm_ratio_last_fifth'], 2)}x the norm of the emulated ones"
+        f"{_label_growth(one, two)}, and the honest client's "
         f"updates score {_f(one['observed_median'], 2)}, not near "
         f"{_f(one['aux_median_none'], 2)}"
+    )
+
+
+def _label_growth(one: Mapping[str, Any], two: Mapping[str, Any]) -> str:
+    """Say how the join's emulations with the property outgrow those without."""
+    first, second = one.get("label_norm_ratio"), two.get("label_norm_ratio")
+    if first is None or second is None:
+        return ""
+    return (
+        f", while its emulations with the property grow to "
+        f"{_f(one.get('label_norm_ratio_last_fifth'), 0)}x / "
+        f"{_f(two.get('label_norm_ratio_last_fifth'), 0)}x the norm of those "
+        f"without by the end of each phase ({_f(first, 1)}x / {_f(second, 1)}x "
+        "over it: watermarked renderings of its records, never trained on, "
+        "against the records themselves)"
     )
 
 
