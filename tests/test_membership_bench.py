@@ -107,7 +107,8 @@ def test_bench_defenses_quick_reports_attack_utility_and_epsilon(
         if row is dp:
             assert prop is None
         else:
-            assert prop["rounds"][-1] == report["setup"]["property_rounds"]
+            assert prop["rounds"][-1] == row["property_rounds"]
+            assert row["property_rounds"] == report["setup"]["property_rounds"]
             assert 0.0 < prop["test_accuracy"][-1] <= 1.0
     assert "random forest" in report["property_features_whole_update"]
     # Table 7.5's denominator: a batch's gradient is partly zero (the rows
@@ -414,15 +415,22 @@ def test_bench_membership_check_ins_grow_denser_with_mean_checkins() -> None:
 def test_dp_rows_train_longer_where_their_steps_are_smaller() -> None:
     from fedleak.attacks.membership.simulation import MembershipSetup
 
-    from fedleak.bench.defenses import _setup_for
+    from fedleak.bench.defenses import _property_rounds, _setup_for
 
     base = MembershipSetup(epochs=8, learning_rate=0.3)
-    # record-level DP: sigma times the passes at lr / sigma above sigma 1
+    # record-level DP: max(4, sigma) times the passes at lr / max(4, sigma)
     low = _setup_for("record_dp", 0.5, base)
-    assert (low.epochs, low.learning_rate) == (8, 0.3)
-    high = _setup_for("record_dp", 4.0, base)
-    assert (high.epochs, high.learning_rate) == (32, pytest.approx(0.075))
-    assert high.defenses.dp_noise_multiplier == 4.0
+    assert (low.epochs, low.learning_rate) == (32, 0.075)
+    assert _setup_for("record_dp", 4.0, base).epochs == 32
+    high = _setup_for("record_dp", 8.0, base)
+    assert (high.epochs, high.learning_rate) == (64, pytest.approx(0.0375))
+    assert high.defenses.dp_noise_multiplier == 8.0
+    assert low.defenses.dp_noise_multiplier == 0.5
+    # and the property simulations as many times the rounds
+    assert _property_rounds("record_dp", 0.5, 480) == 1920
+    assert _property_rounds("record_dp", 8.0, 480) == 3840
+    assert _property_rounds("participant_dp", 4.0, 480) == 480
+    assert _property_rounds("dropout", 0.5, 480) == 480
     # participant-level DP: four times the passes at the full step
     participant = _setup_for("participant_dp", 0.3, base)
     assert (participant.epochs, participant.learning_rate) == (32, 0.3)

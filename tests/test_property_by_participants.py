@@ -174,8 +174,44 @@ def test_analyse_run_fits_on_the_early_rounds_on_request(tmp_path):
     assert np.asarray(by_count["scores"])[rows] == pytest.approx(
         two.property_scores(obs.observed[order][rows])
     )
-    with pytest.raises(DataError, match=r"fit_until=0 leaves auxiliary gradients of 0"):
+    with pytest.raises(DataError) as refused:
         analyse_run(tmp_path, classifier="logistic", fit_until=0)
+    assert str(refused.value) == (
+        "fit_until=0 leaves auxiliary gradients of 0 label(s); the classifier "
+        "needs both (the log's first round is 1)"
+    )
+    # a log without counts keeps none
+    _write(
+        tmp_path / "old" / "adversary", [(r, 1) for r in range(1, 9)], with_count=False
+    )
+    old = load_observations(tmp_path / "old" / "adversary")
+    assert analyse_run(tmp_path / "old", classifier="logistic", fit_until=4)[
+        "scores"
+    ] == pytest.approx(old.scores(old.fit(clf, max_round=4)).tolist())
+
+
+def test_aux_until_keeps_the_early_rows_and_names_an_empty_log():
+    from fedleak.attacks.property.scoring import _aux_until
+
+    from fedleak.errors import DataError
+
+    obs, _ = _observations()  # aux rounds 0-79, two rows each
+    early = _aux_until(obs, 9)
+    assert early.aux_rounds.tolist() == sorted(list(range(10)) * 2)
+    np.testing.assert_array_equal(early.aux, obs.aux[:20])
+    np.testing.assert_array_equal(early.aux_labels, obs.aux_labels[:20])
+    np.testing.assert_array_equal(early.aux_participants, obs.aux_participants[:20])
+    np.testing.assert_array_equal(early.observed, obs.observed)  # all scored
+    empty = replace(
+        obs,
+        aux=obs.aux[:0],
+        aux_rounds=obs.aux_rounds[:0],
+        aux_labels=obs.aux_labels[:0],
+        aux_participants=obs.aux_participants[:0],
+    )
+    with pytest.raises(DataError) as refused:
+        _aux_until(empty, 5)
+    assert str(refused.value).endswith("needs both (the log's first round is none)")
 
 
 def _diagnostics_log(folder, *, with_count=True, one_label_in=None):

@@ -625,6 +625,21 @@ def test_fig_7_8_reason_gives_windows_refits_and_diagnostics():
     assert assess(_claim("000 Fig. 7.8"), _averaging(0.8, 0.7)).reason == (
         "property and control trials overlap"
     )
+    # a K without its summary, and figures missing from every run: "n/a"
+    record = _averaging(0.8, 0.7, K3=windows, diagnostics=diagnostics)
+    del record["property-model-averaging"]["summary"]["K5"]
+    for phases in diagnostics.values():
+        phases["2"].update(label_norm_ratio=None)
+    diagnostics["K3-control-0"]["2"]["observed_median"] = None
+    diagnostics["K3-control-1"]["2"]["observed_median"] = None
+    with pytest.raises(KeyError):  # the rule itself reads both Ks
+        assess(_claim("000 Fig. 7.8"), record)
+    summary = record["property-model-averaging"]["summary"]
+    text = seed_claims._averaging_diagnosis(summary)
+    assert "(trial AUC K=3 0.77-0.84);" in text
+    assert "the classifier gives K=3 1.00 / 0.94;" in text
+    assert "control n/a)" in text
+    assert "with the property n/ax those without, 15x" in text
     # diagnostics of one arm only: not compared
     one_arm = {k: v for k, v in diagnostics.items() if "control" not in k}
     reason = assess(
@@ -1335,6 +1350,29 @@ def test_table_7_5_rule_reads_its_thresholds_exactly(quarter_se, aucs, verdict, 
     assert finding.utility == "model AUC 0.95 (plateau not recorded)"
     assert finding.scale == (
         "100 training rounds, 240 property rounds, 10 records; bag of words"
+    )
+
+
+def test_defenses_scale_names_the_longer_dp_runs():
+    rows = [
+        {"table": "dropout", "rounds": 552, "property_rounds": 480},
+        {"table": "participant_dp", "rounds": 2208, "property_rounds": 480},
+        {"table": "record_dp", "rounds": 1104, "property_rounds": 960},
+        {"table": "record_dp", "rounds": 2208, "property_rounds": 1920},
+    ]
+    setup = {"property_rounds": 480, "num_train": 1375}
+    records = {"defenses": {"rows": rows, "setup": setup, "property_features": "f"}}
+    assert seed_claims._defenses_scale(records) == (
+        "552 training rounds (up to 2208 for the DP rows), 480 property rounds "
+        "(up to 1920 for the record-DP rows), 1375 records; f"
+    )
+    # rows of records before the field, or all at the base: nothing added
+    for row in rows:
+        row.pop("property_rounds")
+    rows[0]["property_rounds"] = 480
+    assert seed_claims._defenses_scale(records) == (
+        "552 training rounds (up to 2208 for the DP rows), 480 property rounds, "
+        "1375 records; f"
     )
 
 

@@ -884,9 +884,16 @@ def _defenses_scale(records: Records) -> str:
         f" (up to {max(longer)} for the DP rows)" if longer else ""
     )
     feature = records["defenses"].get("property_features", "bag of words")
+    base = setup.get("property_rounds", "?")
+    more = [
+        int(r["property_rounds"])
+        for r in rows
+        if r.get("property_rounds") not in (None, base)
+    ]
+    dp_property = f" (up to {max(more)} for the record-DP rows)" if more else ""
     return (
-        f"{training}, {setup.get('property_rounds', '?')} "
-        f"property rounds, {setup['num_train']} records; {feature}"
+        f"{training}, {base} property rounds{dp_property}, "
+        f"{setup['num_train']} records; {feature}"
     )
 
 
