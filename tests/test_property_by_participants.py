@@ -62,6 +62,31 @@ def test_a_classifier_per_count_reads_each_phase_by_its_own_signal():
     assert not hasattr(clf, "estimator_")  # the caller's classifier stays unfitted
 
 
+def test_one_observation_or_counts_on_one_side_only():
+    obs, _ = _observations()
+    clf = BatchPropertyClassifier(kind="logistic", random_state=0)
+    # a single observed aggregate is scored by its count's classifier
+    one = replace(
+        obs,
+        observed_rounds=obs.observed_rounds[-1:],
+        observed=obs.observed[-1:],
+        observed_participants=obs.observed_participants[-1:],
+    )
+    phase2 = BatchPropertyClassifier(kind="logistic", random_state=0).fit(
+        obs.aux[80:], obs.aux_labels[80:]
+    )
+    scores = one.scores_by_participants(clf)
+    assert scores.shape == (1,)
+    np.testing.assert_allclose(scores, phase2.property_scores(obs.observed[-1:]))
+    # counts for the observations but not the auxiliary rows (or the
+    # reverse): the pooled classifier scores every row
+    for side in ("aux_participants", "observed_participants"):
+        half = replace(obs, **{side: None})
+        np.testing.assert_allclose(
+            half.scores_by_participants(clf), half.scores(half.fit(clf))
+        )
+
+
 def test_without_counts_or_with_one_label_the_pooled_classifier_scores():
     obs, _ = _observations(counts=False)
     clf = BatchPropertyClassifier(kind="logistic", random_state=0)

@@ -134,3 +134,35 @@ def test_both_classifiers_score_the_same_rounds():
         alone = simulate_property(data, top, setup, rounds=12, seed=3, features=kind)
         assert both[kind] == alone
     assert both["embedding"] != both["max"]
+
+
+def test_after_round_sees_every_round_and_changes_nothing():
+    """The callback gets rounds 1..R and each round's parameters; AUCs unchanged."""
+    from fedleak.attacks.membership.simulation import MembershipSetup
+    from fedleak.attacks.property.simulation import simulate_property_attacks
+
+    from fedleak.bench.defenses import _dataset
+
+    data, top = _dataset(True, 0, 0.2)
+    setup = MembershipSetup(
+        model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=10, epochs=1
+    )
+    seen: list[tuple[int, dict[str, np.ndarray]]] = []
+    watched = simulate_property_attacks(
+        data,
+        top,
+        setup,
+        rounds=6,
+        seed=3,
+        features=("embedding",),
+        after_round=lambda t, params: seen.append((t, params)),
+    )
+    assert [t for t, _ in seen] == [1, 2, 3, 4, 5, 6]
+    # the parameters move from round to round
+    first, last = seen[0][1], seen[-1][1]
+    assert set(first) == set(last)
+    assert any(not np.array_equal(first[k], last[k]) for k in first)
+    plain = simulate_property_attacks(
+        data, top, setup, rounds=6, seed=3, features=("embedding",)
+    )
+    assert watched == plain
