@@ -119,12 +119,19 @@ def _accuracies(runs: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(r[key]) for r in runs if r.get(key) is not None]
 
 
+def _range(values: Sequence[float | None], digits: int = 2) -> str:
+    """Return ``lo-hi`` of the known ``values`` (one alone; ``n/a`` for none)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    lo, hi = _f(min(known), digits), _f(max(known), digits)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _utility(accs: Sequence[float], what: str = "test acc") -> str:
     if not accs:
         return "not recorded"
-    lo, hi = _f(min(accs), 2), _f(max(accs), 2)
-    span = lo if lo == hi else f"{lo}-{hi}"
-    return f"{what} {span}"
+    return f"{what} {_range(accs)}"
 
 
 def _off_plateau(runs: Sequence[Mapping[str, Any]], key: str) -> tuple[int, int]:
@@ -517,15 +524,6 @@ def _averaging_diagnosis(summary: Mapping[str, Any]) -> str:
             "on, against the records themselves, trained on every round)"
         )
     return "; " + "; ".join(parts) if parts else ""
-
-
-def _range(values: Sequence[float | None], digits: int = 2) -> str:
-    """Return ``lo-hi`` of the known ``values`` (one alone; ``n/a`` for none)."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return "n/a"
-    lo, hi = _f(min(known), digits), _f(max(known), digits)
-    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def _fig_7_9(records: Records) -> Finding:
