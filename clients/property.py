@@ -73,7 +73,7 @@ from fedleak.settings import (
     RunContext,
     TargetSchedule,
 )
-from fedleak.task import TaskSpec, client_data
+from fedleak.task import TaskSpec, client_data, training_pool
 from fedleak.training import batch_gradient
 
 from .honest import HonestClient
@@ -83,8 +83,10 @@ __all__ = [
     "ActivePropertyAdversary",
     "PassivePropertyAdversary",
     "PropertyAttackContext",
+    "AUX_SOURCES",
     "PropertyTarget",
     "auxiliary_pools",
+    "held_out_records",
     "property_behaviour",
 ]
 
@@ -207,37 +209,106 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
         handle.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def auxiliary_pools(spec: TaskSpec, partition_id: int) -> AuxiliaryPools:
-    """Build the adversary's ``X_prop`` / ``X_nonprop`` from its partition (Alg. 7).
+def auxiliary_pools(
+    spec: TaskSpec, partition_id: int, source: str = "own"
+) -> AuxiliaryPools:
+    """Build the adversary's ``X_prop`` / ``X_nonprop`` (Alg. 7's input).
 
-    ``X_nonprop`` is its records without the property; ``X_prop`` is the same
-    records rendered with ``spec.property_kind`` (a label-independent
-    property, :mod:`fedleak.data.properties`) plus any records that already
-    have it. Both pools are as large as the partition, so an emulated
-    participant (Ch. 7.2.7) can hold as many distinct records as a real one.
-    Cached per process.
+    With ``source="own"`` (the default), ``X_nonprop`` is the adversary's
+    records without the property and ``X_prop`` the same records rendered
+    with ``spec.property_kind`` (a label-independent property,
+    :mod:`fedleak.data.properties`) plus any records that already have it.
+    The federation trains on those records every round, so late in training
+    the emulations without the property train on records the model has
+    memorised, those with it on renderings it never saw.
+
+    With ``source="held-out"``, both pools are built the same way from as many
+    records of the training pool that no client holds (drawn without the
+    property, seeded by the task's seed and the partition): auxiliary data
+    "from the same class ... otherwise unrelated" (seed 000 Ch. 7.1.4), on
+    which neither label's emulation has been trained.
+
+    Both pools are as large as the partition, so an emulated participant
+    (Ch. 7.2.7) can hold as many distinct records as a real one. Cached per
+    process.
+
+    Raises
+    ------
+    ConfigError
+        If ``source`` is neither ``"own"`` nor ``"held-out"``.
+    DataError
+        If there are no records without the property to build from, or too
+        few held-out records.
     """
-    return _auxiliary_pools(spec.data_key(), spec, partition_id)
+    if source not in AUX_SOURCES:
+        raise ConfigError(
+            f"auxiliary records {source!r}: choose from {list(AUX_SOURCES)}"
+        )
+    return _auxiliary_pools(spec.data_key(), spec, partition_id, source)
+
+
+AUX_SOURCES: Final = ("own", "held-out")
+"""Where the property adversary's auxiliary records come from."""
+
+
+def held_out_records(
+    spec: TaskSpec, partition_id: int, count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw ``count`` training-pool records without the property that no client holds.
+
+    Seeded by ``spec.seed`` and ``partition_id``: every process of a run
+    draws the same records.
+
+    Raises
+    ------
+    DataError
+        If the pool has fewer than ``count`` such records.
+    """
+    x, y, has_property, parts = training_pool(spec)
+    free = ~has_property
+    free[np.concatenate(parts)] = False
+    candidates = np.flatnonzero(free)
+    if candidates.size < count:
+        raise DataError(
+            f"held-out auxiliary records: the training pool has {candidates.size} "
+            f"records without the property outside every partition, the adversary "
+            f"needs {count}; use adversary.property.aux_records = 'own' or "
+            "smaller partitions"
+        )
+    rng = np.random.default_rng(
+        np.random.SeedSequence([spec.seed, partition_id, 0xA0C])
+    )
+    chosen = np.sort(rng.choice(candidates, size=count, replace=False))
+    return x[chosen], y[chosen]
 
 
 @lru_cache(maxsize=8)
 def _auxiliary_pools(
-    key: tuple[Any, ...], spec: TaskSpec, partition_id: int
+    key: tuple[Any, ...], spec: TaskSpec, partition_id: int, source: str
 ) -> AuxiliaryPools:
     data = client_data(spec, partition_id)
-    plain = np.flatnonzero(~data.has_property)
-    already = np.flatnonzero(data.has_property)
-    if plain.size == 0:
+    if source == "held-out":
+        x_plain, y_plain = held_out_records(spec, partition_id, data.num_train)
+        x_plain = x_plain.astype(data.x_train.numpy().dtype, copy=False)
+        x_already, y_already = x_plain[:0], y_plain[:0]
+    else:
+        plain = np.flatnonzero(~data.has_property)
+        already = np.flatnonzero(data.has_property)
+        x_plain, y_plain = data.x_train[plain].numpy(), data.y_train[plain].numpy()
+        x_already = data.x_train[already].numpy()
+        y_already = data.y_train[already].numpy()
+    if x_plain.shape[0] == 0:
         raise DataError(
             f"the adversary's partition {partition_id} has no record without the "
             "property to build its auxiliary data from"
         )
-    rendered = apply_property(data.x_train[plain].numpy(), spec.property_kind)
+    rendered = apply_property(x_plain, spec.property_kind)
+    y_plain = np.asarray(y_plain, dtype=np.int64)
     return AuxiliaryPools(
-        x_prop=torch.cat([torch.from_numpy(rendered), data.x_train[already]]),
-        y_prop=torch.cat([data.y_train[plain], data.y_train[already]]),
-        x_nonprop=data.x_train[plain],
-        y_nonprop=data.y_train[plain],
+        x_prop=torch.from_numpy(np.concatenate([rendered, x_already])),
+        y_prop=torch.from_numpy(np.concatenate([y_plain, y_already])),
+        x_nonprop=torch.from_numpy(np.ascontiguousarray(x_plain)),
+        y_nonprop=torch.from_numpy(y_plain),
     )
 
 
@@ -392,7 +463,9 @@ class PassivePropertyAdversary(HonestClient):
         averaging: bool,
         view: AveragingView | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        pools = auxiliary_pools(self.spec, self.partition_id)
+        pools = auxiliary_pools(
+            self.spec, self.partition_id, settings.attack.aux_records
+        )
         rng = self.rng(0xA11, server_round)
         rows: list[np.ndarray] = []
         labels: list[int] = []
@@ -467,6 +540,7 @@ class PassivePropertyAdversary(HonestClient):
                     settings.protocol.num_clients - 1 if view is None else view.others
                 ),
                 "aux_fraction": settings.attack.aux_fraction,
+                "aux_records": settings.attack.aux_records,
                 "alpha": settings.attack.alpha,
                 "kind": self.kind,
             },
@@ -503,7 +577,9 @@ class ActivePropertyAdversary(PassivePropertyAdversary):
         x, y = self.data.x_train[batch], self.data.y_train[batch]
         head = self._head(model)
         server_round = _round_of(self.config)
-        pools = auxiliary_pools(self.spec, self.partition_id)
+        pools = auxiliary_pools(
+            self.spec, self.partition_id, settings.attack.aux_records
+        )
         x_p, y_p, p = pools.batch(
             self.spec.batch_size, 0.5, self.rng(0xAC7, server_round)
         )

@@ -239,7 +239,8 @@ class PropertyAttackSettings(SettingsModel):
     """``[adversary.property]``: the property adversary (seed 000 Ch. 7.1.4-7.1.5).
 
     The adversary's auxiliary data (Alg. 7's ``X_prop`` / ``X_nonprop``) are
-    its own records: half of them rendered with ``data.property_kind``.
+    its own records or held-out ones, rendered with ``data.property_kind`` for
+    ``X_prop`` (:func:`fedleak.clients.property.auxiliary_pools`).
 
     Attributes
     ----------
@@ -249,6 +250,11 @@ class PropertyAttackSettings(SettingsModel):
         Labelled gradient pairs per round (>= 1).
     aux_fraction : float
         Fraction of a positive auxiliary batch with the property, in (0, 1].
+    aux_records : {"own", "held-out"}
+        Where ``X_prop`` / ``X_nonprop`` come from: the adversary's training
+        records (which the model memorises as training goes on), or as many
+        training-pool records that no client holds (seed 000 Ch. 7.1.4: "from
+        the same class ... otherwise can be unrelated").
     emulate : int
         Other participants emulated; 0 = ``num_clients - 1``.
     alpha : float
@@ -262,6 +268,7 @@ class PropertyAttackSettings(SettingsModel):
     pooling: Literal["max", "raw"] = "max"
     aux_pairs: int = Field(1, ge=1)
     aux_fraction: float = Field(1.0, gt=0, le=1)
+    aux_records: Literal["own", "held-out"] = "own"
     emulate: int = Field(0, ge=0)
     alpha: float = Field(0.0, ge=0, le=1)
     head_learning_rate: float = Field(0.05, gt=0)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedleak.bench.mi_classifier import run_mi_classifier_bench
-from fedleak.bench.mi_generative import run_mi_generative_bench
+from fedleak.bench.mi_generative import knowledge_diagnosis, run_mi_generative_bench
 from fedleak.data import skewed_purchases
 from fedleak.errors import ConfigError
 
@@ -44,6 +44,15 @@ def test_mi_generative_quick_writes_report_and_plots(tmp_path: Path) -> None:
         "train",
         "train+test",
     }
+    for run in saved["auxiliary"]:  # the final scores' two views (seed 000 Ch. 6.1.4)
+        assert 0.0 <= run["accuracy_all_records"] <= 1.0
+        assert 0.0 <= run["unknown_auc"] <= 1.0
+        assert (run["rank_known_members"] is None) == (
+            run["known_train_fraction"] == 0.0
+        )
+        assert (run["rank_known_non_members"] is None) == (
+            run["known_test_fraction"] == 0.0
+        )
     rows = saved["monte_carlo"]["rows"]
     assert {r["distance"] for r in rows} == {"pca", "hog", "chist"}
     median = [r for r in rows if r["heuristic"] == "median" and r["distance"] == "pca"]
@@ -64,6 +73,37 @@ def test_mi_generative_quick_writes_report_and_plots(tmp_path: Path) -> None:
         "gen-white-box.png",
         "gen-samples.png",
     }
+
+
+def test_knowledge_diagnosis_ranks_each_group_and_scores_all_records() -> None:
+    # 10 records: 4 members (0-3), the attacker knew records 0, 1 (members)
+    # and 9 (non-member); scores rank record i at (i + 1) / 10 except where set.
+    scores = np.array([10.0, 9.0, 1.0, 8.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0])
+    member = np.arange(10) < 4
+    known = np.isin(np.arange(10), [0, 1, 9])
+    out = knowledge_diagnosis(scores, member, known, seed=0)
+    # ranks (1 = highest): 1.0, 0.9, 0.2, 0.8, 0.3, 0.4, 0.5, 0.6, 0.7, 0.1
+    assert out["rank_known_members"] == pytest.approx(0.95)
+    assert out["rank_unknown_members"] == pytest.approx(0.5)  # records 2 and 3
+    assert out["rank_unknown_non_members"] == pytest.approx(0.5)  # records 4-8
+    assert out["rank_known_non_members"] == pytest.approx(0.1)
+    # unknown: members 2 (score 1), 3 (score 8) against 4-8 (scores 2-6)
+    assert out["unknown_auc"] == pytest.approx(5 / 10)
+    # top 4 over every record: 0, 1, 3 and 8 -> three members
+    assert out["accuracy_all_records"] == pytest.approx(0.75)
+
+
+def test_knowledge_diagnosis_ties_empty_groups_and_bad_lengths() -> None:
+    member = np.array([True, False, False, True])
+    out = knowledge_diagnosis(np.ones(4), member, np.zeros(4, dtype=bool), seed=0)
+    assert out["rank_unknown_members"] == out["rank_unknown_non_members"] == 0.625
+    assert out["rank_known_members"] is None and out["rank_known_non_members"] is None
+    assert out["unknown_auc"] == 0.5
+    # every unknown record a non-member: no AUC
+    known = member.copy()
+    assert knowledge_diagnosis(np.arange(4.0), member, known, 0)["unknown_auc"] is None
+    with pytest.raises(ValueError, match="differ in length: 4, 3, 4"):
+        knowledge_diagnosis(np.ones(4), member[:3], known, 0)
 
 
 @pytest.mark.slow

@@ -52,6 +52,52 @@ def test_cli_lists_the_experiments_and_rejects_unknown_ones(tmp_path):
         run_property_bench("nope", tmp_path / "x.json")
 
 
+def test_set_overrides_every_run_but_not_the_keys_the_bench_sets(tmp_path, monkeypatch):
+    import fedleak.experiments.runner as runner
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def first_run(config, out, verbose):
+        seen.append(config)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_experiment", first_run)
+    asked = [
+        "adversary.property.aux_records=held-out",
+        "client.batch_size=16",
+        "federation.num_clients=9",  # the bench's K
+        "seed=4",  # the bench's seed
+        "rounds=3",  # the bench's --rounds
+    ]
+    with pytest.raises(Stop):
+        run_property_bench(
+            "model-averaging", tmp_path / "m.json", rounds=7, overrides=asked
+        )
+    (config,) = seen
+    assert config.adversary.property.aux_records == "held-out"
+    assert config.client.batch_size == 16
+    assert (config.federation.num_clients, config.seed, config.rounds) == (3, 0, 7)
+    # a bad key or value fails before any run, naming it
+    with pytest.raises(ConfigError, match=r"adversary\.property\.aux_records"):
+        run_property_bench(
+            "model-averaging",
+            tmp_path / "bad.json",
+            overrides=["adversary.property.aux_records=fresh"],
+        )
+    with pytest.raises(ConfigError, match="the text experiment has none"):
+        run_property_bench("text", tmp_path / "t.json", overrides=["seed=1"])
+    assert len(seen) == 1 and not (tmp_path / "bad-runs").exists()
+    bad = run_fedleak(
+        "bench", "property", "join", "--set", "adversary.property.pooling=min",
+        "--out", str(tmp_path / "cli.json"),
+    )  # fmt: skip
+    assert bad.returncode == 2 and "adversary.property.pooling" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def _saved_run(folder, config, checkpoint=True):
     """A run folder as the bench leaves it: its config.toml and a checkpoint."""
     from fedleak.runtime.run_dir import write_config
@@ -300,6 +346,7 @@ def test_quick_model_averaging_compares_trials_per_window_with_diagnostics(tmp_p
     _fashion_mnist()
     out = tmp_path / "averaging.json"
     report = run_property_bench("model-averaging", out, quick=True, rounds=10)
+    assert report["overrides"] == []
     runs = {r["label"]: r for r in report["runs"]}
     assert set(runs) == {"K3-property-0", "K3-control-0"}
     summary = report["summary"]

@@ -23,6 +23,7 @@ from fedleak.clients.property import (
     PassivePropertyAdversary,
     PropertyTarget,
     auxiliary_pools,
+    held_out_records,
 )
 from fedleak.strategies import ModelAveraging, SyncSGD
 from flower_fakes import LocalGrid
@@ -34,6 +35,7 @@ from fedleak.errors import ConfigError, DataError
 from fedleak.experiments.config import ExperimentConfig
 from fedleak.experiments.runner import make_experiment_client_app
 from fedleak.settings import TargetSchedule
+from fedleak.task import training_pool
 from fedleak.training import batch_gradient
 
 
@@ -62,12 +64,16 @@ context = client_context
 
 def test_config_sections_validate_and_flatten():
     config = experiment(
-        adversary={"property": {"alpha": 0.3}},
+        adversary={"property": {"alpha": 0.3, "aux_records": "held-out"}},
         target={"property_rounds": [3, 9]},
     )
     flat = config.client_config("/runs/x")
     assert flat["adversary.kind"] == "passive-property"
     assert flat["adversary.property.alpha"] == 0.3
+    assert flat["adversary.property.aux_records"] == "held-out"
+    assert experiment().client_config("/r")["adversary.property.aux_records"] == "own"
+    with pytest.raises(ConfigError, match=r"adversary.property.aux_records"):
+        experiment(adversary={"property": {"aux_records": "fresh"}})
     assert flat["target.property_rounds"] == [3, 9]
     assert flat["protocol.learning-rate"] == 0.1
     assert flat["experiment.run-dir"] == "/runs/x"
@@ -199,6 +205,51 @@ def test_auxiliary_pools_are_the_partition_with_and_without_the_property():
     torch.testing.assert_close(pools.x_prop[:, :, :6], pools.x_nonprop[:, :, :6])
 
 
+def _pool_rows(spec: Any) -> tuple[dict[bytes, int], set[int], np.ndarray]:
+    """Row bytes -> pool index, the indices some client holds, has_property."""
+    x, _, has_property, parts = training_pool(spec)
+    rows = {r.tobytes(): i for i, r in enumerate(x.reshape(x.shape[0], -1))}
+    assert len(rows) == x.shape[0]  # every record tells itself apart
+    return rows, set(np.concatenate(parts).tolist()), has_property
+
+
+def test_held_out_auxiliary_pools_are_records_no_client_holds():
+    spec = experiment().task()
+    pools = auxiliary_pools(spec, 1, "held-out")
+    assert pools.x_prop.shape[0] == pools.x_nonprop.shape[0] == 120
+    torch.testing.assert_close(pools.y_prop, pools.y_nonprop)
+    corner = pools.x_prop[:, 0, -2:, -2:]  # rendered with the watermark
+    assert torch.all((corner == 0) | (corner == 1))
+    torch.testing.assert_close(pools.x_prop[:, :, :6], pools.x_nonprop[:, :, :6])
+    rows, held, has_property = _pool_rows(spec)
+    picked = [rows[r.tobytes()] for r in pools.x_nonprop.numpy().reshape(120, -1)]
+    assert len(set(picked)) == 120 and not set(picked) & held
+    assert not has_property[picked].any()
+    _, y_pool, _, _ = training_pool(spec)
+    np.testing.assert_array_equal(pools.y_nonprop.numpy(), y_pool[picked])
+    # the own pools are the partition's records, which a client holds
+    own = auxiliary_pools(spec, 1).x_nonprop.numpy().reshape(-1, 64)
+    assert {rows[r.tobytes()] for r in own} <= held
+    # seeded: the same draw again, another for another partition
+    again, _ = held_out_records(spec, 1, 120)
+    np.testing.assert_array_equal(again, pools.x_nonprop.numpy())
+    other, _ = held_out_records(spec, 2, 120)
+    assert not np.array_equal(other, again)
+
+
+def test_held_out_auxiliary_pools_refuse_a_short_pool_and_an_unknown_source():
+    spec = experiment(data={"property_partition_size": 230}).task()
+    with pytest.raises(
+        DataError,
+        match=r"^held-out auxiliary records: the training pool has 144 records "
+        r"without the property outside every partition, the adversary needs 230;",
+    ):
+        auxiliary_pools(spec, 1, "held-out")
+    assert auxiliary_pools(spec, 1).x_nonprop.shape[0] == 230
+    with pytest.raises(ConfigError, match=r"auxiliary records 'fresh': choose from"):
+        auxiliary_pools(spec, 1, "fresh")
+
+
 def test_multitask_gradient_alpha_zero_is_the_plain_gradient():
     spec = experiment().task()
     model = spec.new_model()
@@ -252,7 +303,32 @@ def test_alpha_zero_reproduces_the_passive_uploads_exactly(tmp_path):
     assert not np.allclose(pushed[0]["net.1.weight"], passive[0]["net.1.weight"])
 
 
-def test_active_upload_uses_one_batch_for_both_terms(tmp_path):
+def test_passive_adversary_emulates_with_the_configured_records(tmp_path, monkeypatch):
+    import fedleak.clients.property as property_clients
+
+    sources: list[str] = []
+    real = property_clients.auxiliary_pools
+
+    def spy(spec: Any, partition_id: int, source: str = "own") -> Any:
+        sources.append(source)
+        return real(spec, partition_id, source)
+
+    monkeypatch.setattr(property_clients, "auxiliary_pools", spy)
+    own = _uploads(PassivePropertyAdversary, experiment(), tmp_path / "own")
+    held_config = experiment(adversary={"property": {"aux_records": "held-out"}})
+    held = _uploads(PassivePropertyAdversary, held_config, tmp_path / "held")
+    assert sources == ["own"] * 3 + ["held-out"] * 3
+    for a, b in zip(own, held, strict=True):  # the honest upload is the same
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+    own_obs = load_observations(tmp_path / "own" / "adversary")
+    held_obs = load_observations(tmp_path / "held" / "adversary")
+    assert own_obs.aux.shape == held_obs.aux.shape == (6, own_obs.aux.shape[1])
+    assert not np.allclose(own_obs.aux, held_obs.aux)
+
+
+@pytest.mark.parametrize("source", ["own", "held-out"])
+def test_active_upload_uses_one_batch_for_both_terms(tmp_path, source):
     """Ch. 7.1.5: the upload is the gradient of (1 - alpha) L(x, y) + alpha L(x, p).
 
     As in the seed, the main and the property term are computed on one
@@ -263,7 +339,10 @@ def test_active_upload_uses_one_batch_for_both_terms(tmp_path):
     """
     alpha = 0.25
     config = experiment(
-        adversary={"kind": "active-property", "property": {"alpha": alpha}}
+        adversary={
+            "kind": "active-property",
+            "property": {"alpha": alpha, "aux_records": source},
+        }
     )
     upload = _uploads(ActivePropertyAdversary, config, tmp_path / "a")[0]
     spec = config.task()
@@ -272,7 +351,7 @@ def test_active_upload_uses_one_batch_for_both_terms(tmp_path):
         context(1),
         message_config(config, tmp_path / "b", **{protocol.SERVER_ROUND: 1}),
     )
-    x, y, p = auxiliary_pools(spec, 1).batch(
+    x, y, p = auxiliary_pools(spec, 1, source).batch(
         spec.batch_size, 0.5, adversary.rng(0xAC7, 1)
     )
     model = spec.new_model()

@@ -19,7 +19,10 @@ One run reproduces the evaluations of seed 000 Ch. 6.2 and seed 004 Ch.
    non-members known; scenario 2: 30% of both) and the generative attack
    (scenario 1: 20% of the members; scenario 2: 30% of both), with the
    auxiliary data introduced after a delay; accuracy is measured on the
-   records the attacker does not know (seed 000 Fig. 6.9-6.11).
+   records the attacker does not know (seed 000 Fig. 6.9-6.11), and, from
+   the same final scores, over every record as the seed's text has it, with
+   the mean rank of the known and unknown members and non-members
+   (:func:`knowledge_diagnosis`).
 5. ``monte_carlo``: a (conditional) VAE target; MC-epsilon and MC-d with
    PCA, HOG and colour-histogram distances, the median heuristic and
    percentiles, in single and set MI, against the VAE and the DCGAN; the
@@ -45,6 +48,8 @@ import numpy as np
 import torch
 import typer
 from rich.table import Table
+from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score
 
 from fedleak.attacks.membership.generative import (
     AttackerConfig,
@@ -413,8 +418,12 @@ def _auxiliary_curve(
     setting: str,
     aux: AuxiliaryKnowledge,
     unknown: np.ndarray,
-) -> list[dict[str, float]]:
-    """Train one auxiliary-knowledge attacker; accuracy on the unknown records."""
+) -> tuple[list[dict[str, float]], np.ndarray]:
+    """Train one auxiliary-knowledge attacker.
+
+    Returns its accuracy on the unknown records at every evaluation, and its
+    final scores of the whole pool.
+    """
     candidates, truth = data.pool[unknown], data.is_member[unknown]
     curve: list[dict[str, float]] = []
 
@@ -423,8 +432,9 @@ def _auxiliary_curve(
         curve.append({"step": step, "accuracy": acc})
 
     config = _attacker_config(s)
+    attack: BlackBoxAttack | DiscriminativeAttack
     if setting == "discriminative":
-        DiscriminativeAttack(
+        attack = DiscriminativeAttack(
             data.image_shape, config=config, seed=seeds["attacker"], device=device
         ).fit(
             samples,
@@ -434,7 +444,7 @@ def _auxiliary_curve(
             on_eval=evaluate,
         )
     else:
-        BlackBoxAttack(
+        attack = BlackBoxAttack(
             data.image_shape, config=config, seed=seeds["attacker"], device=device
         ).fit(
             samples,
@@ -443,7 +453,67 @@ def _auxiliary_curve(
             eval_every=s.attacker_eval_every,
             on_eval=evaluate,
         )
-    return curve
+    return curve, attack.scores(data.pool)
+
+
+def knowledge_diagnosis(
+    scores: np.ndarray, is_member: np.ndarray, known: np.ndarray, seed: int
+) -> dict[str, float | None]:
+    """Where an auxiliary-knowledge attacker ranks the records it knew.
+
+    Seed 000 Ch. 6.1.4 feeds "data-points from X" to the attacker's
+    discriminator after training, the records it was shown included. The
+    bench's ``final_accuracy`` scores only the records the attacker did not
+    know; this gives both views of the same final scores over the whole pool:
+
+    - ``accuracy_all_records``: the top-``n`` accuracy over every record,
+      ``n`` the number of members (the seed's evaluation as written);
+    - ``unknown_auc``: the ROC AUC of members against non-members among the
+      unknown records (a threshold-free view of what the knowledge teaches
+      about records the attacker never saw);
+    - ``rank_<group>``: the mean percentile rank (in ``(0, 1]``, 1 the
+      highest score, ties averaged) of the known members, unknown members,
+      unknown non-members and known non-members (``None`` for an empty
+      group).
+
+    Parameters
+    ----------
+    scores : numpy.ndarray
+        The attacker's score of every record of the pool.
+    is_member : numpy.ndarray
+        True for the target's training records.
+    known : numpy.ndarray
+        True for the records the attacker was given (members or not).
+    seed : int
+        Seed of the top-``n`` tie breaking.
+    """
+    arr = np.asarray(scores, dtype=np.float64).reshape(-1)
+    member = np.asarray(is_member, dtype=bool).reshape(-1)
+    given = np.asarray(known, dtype=bool).reshape(-1)
+    if not arr.shape == member.shape == given.shape:
+        raise ValueError(
+            f"scores, is_member and known differ in length: {arr.shape[0]}, "
+            f"{member.shape[0]}, {given.shape[0]}"
+        )
+    ranks = rankdata(arr) / arr.shape[0]
+    groups = {
+        "known_members": given & member,
+        "unknown_members": ~given & member,
+        "unknown_non_members": ~given & ~member,
+        "known_non_members": given & ~member,
+    }
+    out: dict[str, float | None] = {
+        f"rank_{name}": float(ranks[mask].mean()) if mask.any() else None
+        for name, mask in groups.items()
+    }
+    unseen = member[~given]
+    out["unknown_auc"] = (
+        float(roc_auc_score(unseen, arr[~given]))
+        if 0 < unseen.sum() < unseen.size
+        else None
+    )
+    out["accuracy_all_records"] = _accuracy(arr, member, seed)
+    return out
 
 
 def _auxiliary(
@@ -491,7 +561,9 @@ def _auxiliary(
         started = time.perf_counter()
         aux, unknown = knowledge(train_frac, test_frac, delay)
         truth = data.is_member[unknown]
-        curve = _auxiliary_curve(s, data, samples, seeds, device, setting, aux, unknown)
+        curve, scores = _auxiliary_curve(
+            s, data, samples, seeds, device, setting, aux, unknown
+        )
         baseline = float(truth.mean())
         final = curve[-1]["accuracy"] if curve else float("nan")
         say(
@@ -509,6 +581,7 @@ def _auxiliary(
                 "final_accuracy": final,
                 "baseline": baseline,
                 "lift": final / baseline,
+                **knowledge_diagnosis(scores, data.is_member, ~unknown, seeds["eval"]),
                 "wall_s": time.perf_counter() - started,
             }
         )
@@ -1046,6 +1119,36 @@ def _white_vs_black_box(runs: _AttackRuns) -> dict[str, float] | None:
     }
 
 
+def _knowledge_table(runs: Sequence[dict[str, Any]]) -> Table:
+    """Tabulate the auxiliary attacks' final scores both ways.
+
+    See :func:`knowledge_diagnosis`.
+    """
+    table = Table(
+        "attack", "acc. unknown", "acc. all of X", "AUC unknown",
+        "rank known in", "rank unknown in", "rank unknown out", "rank known out",
+        title="Auxiliary knowledge: unknown records only, or every record as in "
+        "Ch. 6.1.4; mean percentile ranks (1 = highest score)",
+    )  # fmt: skip
+    for run in runs:
+        table.add_row(
+            f"{run['setting'][:4]}. {run['scenario']} d={run['delay_steps']}",
+            fmt(run["final_accuracy"]),
+            fmt(run["accuracy_all_records"]),
+            fmt(run["unknown_auc"]),
+            *(
+                fmt(run[f"rank_{group}"])
+                for group in (
+                    "known_members",
+                    "unknown_members",
+                    "unknown_non_members",
+                    "known_non_members",
+                )
+            ),
+        )
+    return table
+
+
 def _generative_tables(report: dict[str, Any]) -> list[Table]:
     attacks = Table(
         "attack", "target", "top-n acc", "chance", "lift", "single MI", "set MI",
@@ -1082,8 +1185,11 @@ def _generative_tables(report: dict[str, Any]) -> list[Table]:
             "",
             "",
         )
+    tables = [attacks]
+    if report["auxiliary"]:
+        tables.append(_knowledge_table(report["auxiliary"]))
     if report["monte_carlo"] is None:
-        return [attacks]
+        return tables
     rec = report["monte_carlo"]["reconstruction"]
     attacks.add_row(
         "reconstruction",

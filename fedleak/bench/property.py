@@ -135,6 +135,7 @@ class _Settings:
     say: ProgressFn
     properties: tuple[str, ...] = ()
     extend: bool = False
+    overrides: tuple[str, ...] = ()
 
 
 def _config_path(experiment: str) -> Path:
@@ -164,10 +165,11 @@ def _run(
     if s.rounds is not None:
         extra.append(f"rounds={s.rounds}")
     path = _config_path(experiment)
-    config = load_config(path, [*extra, *overrides])
+    config = load_config(path, [*s.overrides, *extra, *overrides])
     if secagg:  # refused at load for fewer than 3 clients (a 2-member sum)
         config = load_config(
-            path, [*extra, *overrides, "secure_aggregation.enabled=true"]
+            path,
+            [*s.overrides, *extra, *overrides, "secure_aggregation.enabled=true"],
         )
     run_dir = s.out.with_name(s.out.stem + "-runs") / label
     shorter = _shorter_run(run_dir, config) if s.extend else None
@@ -1030,6 +1032,7 @@ def run_property_bench(
     secagg: bool | None = None,
     properties: Sequence[str] = (),
     extend: bool = False,
+    overrides: Sequence[str] = (),
     verbose: bool = False,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
@@ -1059,6 +1062,12 @@ def run_property_bench(
     extend : bool, default=False
         Go on with a shorter run of the same experiment under ``FILE-runs/``
         (:func:`_extend`) instead of starting over.
+    overrides : sequence of str, optional
+        ``key=value`` overrides of every run's experiment file (as ``fedleak
+        run --set``), e.g. ``adversary.property.aux_records=held-out``; the
+        keys the bench sets per run (clients, fractions, seeds, schedules)
+        keep the bench's values. Checked before any run; ``text`` has no
+        experiment file and refuses them.
     verbose : bool, default=False
         Show Flower's and Ray's logs.
     progress : callable, optional
@@ -1074,6 +1083,13 @@ def run_property_bench(
             f"unknown property experiment {experiment!r}; choose one of "
             f"{list(EXPERIMENTS)}"
         )
+    config_file = None if experiment == "text" else _config_path(experiment)
+    if overrides and config_file is None:
+        raise ConfigError(
+            "--set overrides an experiment file's keys; the text experiment has none"
+        )
+    if config_file is not None:
+        load_config(config_file, list(overrides))  # a bad key fails before any run
     out = record_path(out, make_folder=True)
     if quick and rounds is None:
         rounds = QUICK_ROUNDS[experiment]
@@ -1088,8 +1104,8 @@ def run_property_bench(
         say=progress or (lambda _: None),
         properties=tuple(properties),
         extend=extend,
+        overrides=tuple(overrides),
     )
-    config_file = None if experiment == "text" else _config_path(experiment)
     used_rounds = rounds or (
         _TEXT_ROUNDS if config_file is None else load_config(config_file).rounds
     )
@@ -1102,6 +1118,7 @@ def run_property_bench(
             "quick": quick,
             "seed": seed,
             "config_file": None if config_file is None else str(config_file),
+            "overrides": list(overrides),
             "scale": {
                 "rounds": used_rounds,
                 "thesis_iterations": _THESIS_ITERATIONS[experiment],
@@ -1160,6 +1177,15 @@ def command(
             "rounds (same experiment) instead of starting over.",
         ),
     ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a key of every run's experiment file, e.g. --set "
+            "adversary.property.aux_records=held-out (repeatable); keys the "
+            "bench sets per run keep its values.",
+        ),
+    ] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Property inference against Flower clients: AUC, scores and plots."""
@@ -1173,6 +1199,7 @@ def command(
         secagg=secagg,
         properties=properties or (),
         extend=extend,
+        overrides=set_ or (),
         verbose=verbose,
         progress=say,
     )

@@ -2048,6 +2048,43 @@ def _auxiliary_checks(rec: Mapping[str, Any]) -> tuple[list[bool], str]:
     return checks, f"{_auxiliary_words(rec)}; plain black-box {_f(plain, 2)}"
 
 
+def _knowledge_mechanism(rec: Mapping[str, Any]) -> str | None:
+    """Say where a record's auxiliary attackers rank the known and unknown records.
+
+    From :func:`fedleak.bench.mi_generative.knowledge_diagnosis`'s fields
+    (``None`` for a record made before them): the discriminative test-only
+    attacker's unknown members against unknown non-members, the generative
+    attackers' known members against both, and their accuracy counted over
+    every record of X (the seed's evaluation as written) next to the
+    accuracy on the unknown records and the plain black-box's.
+    """
+    disc_test, gen_train, gen_both = _auxiliary_runs(rec)
+    if any("accuracy_all_records" not in r for r in (disc_test, gen_train, gen_both)):
+        return None
+    plain = max(float(r["final_accuracy"]) for r in rec["black_box"])
+    gens = (gen_train, gen_both)
+
+    def ranks(key: str) -> str:
+        return _series([r[key] for r in gens], 2)
+
+    return (
+        f"mechanism at {_mi_size(rec)}: test-only discriminative ranks the "
+        f"unknown members {_f(disc_test['rank_unknown_members'], 2)} against "
+        f"the unknown non-members {_f(disc_test['rank_unknown_non_members'], 2)} "
+        f"(mean percentile, AUC {_f(disc_test['unknown_auc'], 2)}): it learns "
+        "the target's samples, which lie near its members; the generative "
+        f"attackers (train-only / train+test) rank the members they were shown "
+        f"{ranks('rank_known_members')} but the unknown members "
+        f"{ranks('rank_unknown_members')} against "
+        f"{ranks('rank_unknown_non_members')} (AUC {ranks('unknown_auc')}): "
+        "the knowledge is learnt as those records, not as what members share; "
+        "counted over every record of X as the seed's text feeds them, "
+        f"accuracy {ranks('accuracy_all_records')} against the plain "
+        f"{_f(plain, 2)} (unknown records only: "
+        f"{_series([float(r['final_accuracy']) for r in gens], 2)})"
+    )
+
+
 MI_THESIS_WIDE_AUX: Final = "mi-generative-fashion-mnist-thesis-wide-aux"
 """The auxiliary-knowledge attacks on a 64/128-channel target (its own run:
 no plain black-box attack in it to compare with)."""
@@ -2092,6 +2129,9 @@ def _ch_6_1_4(records: Records) -> Finding:
         reason += f"; at {_mi_size(cpu)} " + (
             f"holds: {'; '.join(held)}" if held else "none holds"
         )
+        mechanism = _knowledge_mechanism(cpu)
+        if mechanism is not None:
+            reason += f"; {mechanism}"
     return Finding(fedleak, "target as Fig. 6.8", _mi_scale(rec), verdict, reason)
 
 
