@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fedleak.attacks.membership.metrics import top_n_accuracy
 
 from fedleak.bench.mi_classifier import run_mi_classifier_bench
 from fedleak.bench.mi_generative import knowledge_diagnosis, run_mi_generative_bench
@@ -76,24 +77,37 @@ def test_mi_generative_quick_writes_report_and_plots(tmp_path: Path) -> None:
 
 
 def test_knowledge_diagnosis_ranks_each_group_and_scores_all_records() -> None:
-    # 10 records: 4 members (0-3), the attacker knew records 0, 1 (members)
-    # and 9 (non-member); scores rank record i at (i + 1) / 10 except where set.
-    scores = np.array([10.0, 9.0, 1.0, 8.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0])
+    # 10 records: 4 members (0-3); the attacker knew records 0, 1 (members)
+    # and 9 (a non-member)
+    scores = np.array([10.0, 9.0, 5.5, 8.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0])
     member = np.arange(10) < 4
     known = np.isin(np.arange(10), [0, 1, 9])
     out = knowledge_diagnosis(scores, member, known, seed=0)
-    # ranks (1 = highest): 1.0, 0.9, 0.2, 0.8, 0.3, 0.4, 0.5, 0.6, 0.7, 0.1
+    # ranks (1 = highest): 1.0, 0.9, 0.6, 0.8, 0.2, 0.3, 0.4, 0.5, 0.7, 0.1
     assert out["rank_known_members"] == pytest.approx(0.95)
-    assert out["rank_unknown_members"] == pytest.approx(0.5)  # records 2 and 3
-    assert out["rank_unknown_non_members"] == pytest.approx(0.5)  # records 4-8
+    assert out["rank_unknown_members"] == pytest.approx(0.7)  # records 2 and 3
+    assert out["rank_unknown_non_members"] == pytest.approx(0.42)  # records 4-8
     assert out["rank_known_non_members"] == pytest.approx(0.1)
-    # unknown: members 2 (score 1), 3 (score 8) against 4-8 (scores 2-6)
-    assert out["unknown_auc"] == pytest.approx(5 / 10)
+    # unknown: members 2 (score 5.5), 3 (score 8) against 4-8 (scores 2-6)
+    assert out["unknown_auc"] == pytest.approx(9 / 10)
     # top 4 over every record: 0, 1, 3 and 8 -> three members
     assert out["accuracy_all_records"] == pytest.approx(0.75)
+    # columns and 0/1 masks read as the flat boolean ones
+    column = knowledge_diagnosis(
+        scores.reshape(-1, 1),
+        member.astype(int).reshape(-1, 1),
+        known.astype(int).reshape(-1, 1),
+        seed=0,
+    )
+    assert column == out
+    # one unknown member is enough for an AUC; none, or only members, is not
+    one = knowledge_diagnosis(scores, member, np.isin(np.arange(10), [0, 1, 2]), 0)
+    assert one["unknown_auc"] == 1.0  # record 3 (score 8) above records 4-9
+    only_members = knowledge_diagnosis(scores, member, ~member, 0)
+    assert only_members["unknown_auc"] is None
 
 
-def test_knowledge_diagnosis_ties_empty_groups_and_bad_lengths() -> None:
+def test_knowledge_diagnosis_ties_empty_groups_seeds_and_bad_lengths() -> None:
     member = np.array([True, False, False, True])
     out = knowledge_diagnosis(np.ones(4), member, np.zeros(4, dtype=bool), seed=0)
     assert out["rank_unknown_members"] == out["rank_unknown_non_members"] == 0.625
@@ -104,6 +118,12 @@ def test_knowledge_diagnosis_ties_empty_groups_and_bad_lengths() -> None:
     assert knowledge_diagnosis(np.arange(4.0), member, known, 0)["unknown_auc"] is None
     with pytest.raises(ValueError, match="differ in length: 4, 3, 4"):
         knowledge_diagnosis(np.ones(4), member[:3], known, 0)
+    # ties at the cut are broken by the seed given
+    many = np.arange(60) < 20
+    for seed in range(5):
+        expected = top_n_accuracy(np.ones(60), many, np.random.default_rng(seed))
+        got = knowledge_diagnosis(np.ones(60), many, np.zeros(60, dtype=bool), seed)
+        assert got["accuracy_all_records"] == expected
 
 
 @pytest.mark.slow

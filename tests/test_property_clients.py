@@ -242,9 +242,19 @@ def test_held_out_auxiliary_pools_refuse_a_short_pool_and_an_unknown_source():
     with pytest.raises(
         DataError,
         match=r"^held-out auxiliary records: the training pool has 144 records "
-        r"without the property outside every partition, the adversary needs 230;",
+        r"without the property outside every partition, the adversary needs 230; "
+        r"use adversary.property.aux_records = 'own' or smaller partitions$",
     ):
         auxiliary_pools(spec, 1, "held-out")
+    # exactly as many as there are is enough: every free record, once
+    rows, held, has_property = _pool_rows(experiment().task())
+    free = [
+        i for i in range(has_property.size) if i not in held and not has_property[i]
+    ]
+    x_all, _ = held_out_records(experiment().task(), 1, len(free))
+    assert sorted(rows[r.tobytes()] for r in x_all.reshape(len(free), -1)) == free
+    with pytest.raises(DataError, match=f"has {len(free)} records"):
+        held_out_records(experiment().task(), 1, len(free) + 1)
     assert auxiliary_pools(spec, 1).x_nonprop.shape[0] == 230
     with pytest.raises(ConfigError, match=r"auxiliary records 'fresh': choose from"):
         auxiliary_pools(spec, 1, "fresh")

@@ -1021,6 +1021,36 @@ QUICK_ROUNDS: Final[dict[str, int]] = {
 }
 
 
+def _classifier_facts(experiment: str) -> dict[str, Any]:
+    """Describe the adversary's classifier of the experiment (the record's field)."""
+    return {
+        "kind": "random-forest",
+        "n_estimators": 50,
+        "normalize": experiment in NORMALIZED_EXPERIMENTS,
+        "by_participants": experiment in BY_PARTICIPANTS_EXPERIMENTS,
+    }
+
+
+def _checked_experiment(experiment: str, overrides: Sequence[str]) -> Path | None:
+    """Check the experiment's name and the overrides before any run.
+
+    Returns the experiment file (None for ``text``, which has none).
+    """
+    if experiment not in EXPERIMENTS:
+        raise ConfigError(
+            f"unknown property experiment {experiment!r}; choose one of "
+            f"{list(EXPERIMENTS)}"
+        )
+    config_file = None if experiment == "text" else _config_path(experiment)
+    if overrides and config_file is None:
+        raise ConfigError(
+            "--set overrides an experiment file's keys; the text experiment has none"
+        )
+    if config_file is not None:
+        load_config(config_file, list(overrides))  # a bad key fails here
+    return config_file
+
+
 def run_property_bench(
     experiment: str,
     out: str | Path,
@@ -1078,18 +1108,7 @@ def run_property_bench(
     dict
         The report written to ``out``.
     """
-    if experiment not in EXPERIMENTS:
-        raise ConfigError(
-            f"unknown property experiment {experiment!r}; choose one of "
-            f"{list(EXPERIMENTS)}"
-        )
-    config_file = None if experiment == "text" else _config_path(experiment)
-    if overrides and config_file is None:
-        raise ConfigError(
-            "--set overrides an experiment file's keys; the text experiment has none"
-        )
-    if config_file is not None:
-        load_config(config_file, list(overrides))  # a bad key fails before any run
+    config_file = _checked_experiment(experiment, overrides)
     out = record_path(out, make_folder=True)
     if quick and rounds is None:
         rounds = QUICK_ROUNDS[experiment]
@@ -1124,12 +1143,7 @@ def run_property_bench(
                 "thesis_iterations": _THESIS_ITERATIONS[experiment],
                 "factor": used_rounds / _THESIS_ITERATIONS[experiment],
             },
-            "classifier": {
-                "kind": "random-forest",
-                "n_estimators": 50,
-                "normalize": experiment in NORMALIZED_EXPERIMENTS,
-                "by_participants": experiment in BY_PARTICIPANTS_EXPERIMENTS,
-            },
+            "classifier": _classifier_facts(experiment),
             "runs": rows,
             "summary": summary,
             "median_wall_s_per_run": statistics.median(r["wall_s"] for r in rows),
