@@ -407,9 +407,11 @@ def main() -> None:
             soft_wrap=True,
         )
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt:  # outside a run (a run turns Ctrl-C into a stop)
-        _err.print("interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt as err:  # a bench's run stopped (RunInterrupted), or
+        # Ctrl-C outside any run
+        code = getattr(err, "exit_code", 130)
+        _err.print(escape(str(err) or "interrupted"), highlight=False, soft_wrap=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

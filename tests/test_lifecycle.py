@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -169,6 +170,93 @@ def test_sigterm_stops_after_the_round_with_status_143(tmp_path):
     assert "SIGTERM received" not in stderr  # Ray's C++ handler did not run
     assert_interrupted_run(out, stderr)
     assert_no_process_left(proc.pid)
+
+
+LOOP_OF_RUNS = """\
+import sys
+from fedleak.experiments.config import load_config
+from fedleak.experiments.runner import run_experiment
+from fedleak.runtime.lifecycle import RunInterrupted
+
+config = load_config(sys.argv[1])
+try:
+    for i in range(2):  # as a benchmark runs its experiments
+        run_experiment(config, out=f"{sys.argv[2]}/run-{i}")
+except RunInterrupted as err:
+    print(err, file=sys.stderr)
+    sys.exit(err.exit_code)
+print("both runs finished")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.own_ray
+@pytest.mark.parametrize(
+    ("signum", "group", "code"),
+    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+)
+def test_a_signal_stops_a_loop_of_runs_after_the_round(tmp_path, signum, group, code):
+    """run_experiment without a RunControl watches the signals itself.
+
+    Before, Ctrl-C in a benchmark raised KeyboardInterrupt in Flower's engine
+    thread, which stopped the clients while the server thread waited for
+    their replies: the process never exited.
+    """
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP_OF_RUNS)
+    config, out = write(tmp_path), tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(config), str(out)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    wait_for_rounds(out / "run-0", 4, proc)
+    seconds, stderr = stop_run(proc, signum, group=group)
+    assert proc.returncode == code, stderr
+    report_exit(signal.Signals(signum).name, seconds)
+    assert "Traceback" not in stderr
+    results = strict_load(out / "run-0" / "results.json")
+    assert results["status"] == "interrupted"
+    done = results["completed_rounds"]
+    last = [line for line in stderr.splitlines() if line.strip()][-1]
+    assert last.startswith(
+        f"interrupted ({signal.Signals(signum).name}) after round {done}: "
+    )
+    assert last.endswith(f"go on with: fedleak run --resume {out / 'run-0'}")
+    assert not (out / "run-1").exists()  # the loop stopped with its run
+    assert_no_process_left(proc.pid)
+
+
+def test_the_cli_reports_an_interrupted_run_in_one_line_with_its_status(
+    tmp_path, monkeypatch, capsys
+):
+    import fedleak.cli as cli
+    from fedleak.runtime.lifecycle import RunInterrupted
+
+    def interrupted() -> None:
+        raise RunInterrupted(tmp_path / "r", 7, signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 143
+    err = " ".join(capsys.readouterr().err.split())
+    assert err == (
+        f"interrupted (SIGTERM) after round 7: model.npz and results.json in "
+        f"{tmp_path / 'r'}; no round completed, so there is nothing to resume"
+    )
+
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", ctrl_c)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
 
 
 @pytest.mark.slow

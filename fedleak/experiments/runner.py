@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,12 @@ from fedleak.runtime.engine import (
 )
 from fedleak.runtime.lifecycle import (
     RunControl,
+    RunInterrupted,
     check_cpus,
     check_ray_address,
     keep_signals_from_ray,
     ray_address_in_use,
+    stop_on_signals,
 )
 from fedleak.runtime.logs import quiet_flower
 from fedleak.runtime.run_dir import make_run_dir, write_config
@@ -227,6 +230,9 @@ def run_experiment(
         ``on_round(round, row)`` after every round (progress display).
     control : RunControl, optional
         Stop requests (``fedleak run`` sets one from SIGINT and SIGTERM).
+        Without one, SIGINT and SIGTERM are watched here (main thread only):
+        the run stops after its round and :class:`RunInterrupted` is raised
+        once its files are written.
 
     Returns
     -------
@@ -235,15 +241,52 @@ def run_experiment(
         ``status`` says whether the run completed or was interrupted. A run
         that fails still writes ``results.json`` (``"failed"``) and the model
         of its last completed round before the error propagates.
+
+    Raises
+    ------
+    fedleak.runtime.lifecycle.RunInterrupted
+        Without ``control``, when a signal stopped the run.
     """
     preflight(config)
     check_ray(config, ray_address)
     run_dir = make_run_dir(config.name, out, base)
     write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir, on_round)
-    return _simulate_and_finish(
-        config, recorder, ray_address=ray_address, verbose=verbose, control=control
-    )
+    with _watched(control) as watched:
+        outcome = _simulate_and_finish(
+            config, recorder, ray_address=ray_address, verbose=verbose, control=watched
+        )
+    return _unless_interrupted(outcome, control, watched)
+
+
+@contextmanager
+def _watched(control: RunControl | None) -> Iterator[RunControl]:
+    """Yield ``control``, or a new one fed by SIGINT and SIGTERM while the run lasts.
+
+    Without this a signal meant for a caller that runs experiments in a loop
+    (a benchmark) raised ``KeyboardInterrupt`` in Flower's engine thread: the
+    engine stopped its actors and the server thread waited for their replies
+    forever.
+    """
+    if control is not None:
+        yield control
+        return
+    own = RunControl()
+    with stop_on_signals(own):
+        yield own
+
+
+def _unless_interrupted(
+    outcome: RunOutcome, control: RunControl | None, watched: RunControl
+) -> RunOutcome:
+    """Return ``outcome``; raise :class:`RunInterrupted` if our own watch stopped it."""
+    if control is None and watched.requested:
+        raise RunInterrupted(
+            outcome.run_dir,
+            int(outcome.results.get("completed_rounds") or 0),
+            watched.signal,
+        )
+    return outcome
 
 
 def resume_experiment(
@@ -266,11 +309,15 @@ def resume_experiment(
     ``rounds`` (nothing a round trains on depends on the total; the server
     evaluates on its schedule plus the last round).
 
+    Signals are watched as by :func:`run_experiment`.
+
     Raises
     ------
     fedleak.errors.ConfigError
         If ``run_dir`` is not a run directory, has no checkpoint, ``rounds``
         is below the run's own, or nothing is left to run.
+    fedleak.runtime.lifecycle.RunInterrupted
+        Without ``control``, when a signal stopped the run.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
@@ -298,14 +345,16 @@ def resume_experiment(
     if extend:  # a later plain --resume goes on with the new count
         write_config(run_dir / "config.toml", config)
     recorder = RunRecorder(config, run_dir, on_round)
-    return _simulate_and_finish(
-        config,
-        recorder,
-        ray_address=ray_address,
-        verbose=verbose,
-        control=control,
-        resume=checkpoint,
-    )
+    with _watched(control) as watched:
+        outcome = _simulate_and_finish(
+            config,
+            recorder,
+            ray_address=ray_address,
+            verbose=verbose,
+            control=watched,
+            resume=checkpoint,
+        )
+    return _unless_interrupted(outcome, control, watched)
 
 
 def _completed(results: Path, rounds: int) -> bool:

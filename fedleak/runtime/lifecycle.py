@@ -41,6 +41,7 @@ __all__ = [
     "RAY_ADDRESS_ENV",
     "RAY_CONNECT_TIMEOUT_S",
     "RunControl",
+    "RunInterrupted",
     "RunStopped",
     "check_cpus",
     "check_ray_address",
@@ -63,6 +64,44 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 class RunStopped(Exception):
     """Raised inside the server loop to abandon the round in progress."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal stopped a run whose caller did not ask to watch for signals.
+
+    :func:`fedleak.experiments.runner.run_experiment` (and ``resume_...``)
+    called without a :class:`RunControl` watch SIGINT and SIGTERM themselves
+    in the main thread: the run stops after its round, writes ``model.npz``
+    and ``results.json`` (``"interrupted"``), and then this is raised, so a
+    loop of runs (a benchmark) stops too. A ``KeyboardInterrupt``, so that
+    ``except Exception`` does not swallow it.
+
+    Attributes
+    ----------
+    run_dir : pathlib.Path
+        The interrupted run's directory.
+    completed_rounds : int
+        Rounds it completed.
+    exit_code : int
+        The shell's exit status for the signal (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(
+        self, run_dir: Path, completed_rounds: int, signum: int | None
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.completed_rounds = completed_rounds
+        self.signal = signal.Signals(signum if signum is not None else signal.SIGINT)
+        self.exit_code = 128 + int(self.signal)
+        resume = (
+            f"go on with: fedleak run --resume {self.run_dir}"
+            if (self.run_dir / "checkpoint.npz").is_file()
+            else "no round completed, so there is nothing to resume"
+        )
+        super().__init__(
+            f"interrupted ({self.signal.name}) after round {completed_rounds}: "
+            f"model.npz and results.json in {self.run_dir}; {resume}"
+        )
 
 
 class RunControl:
