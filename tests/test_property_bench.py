@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -90,6 +91,16 @@ def test_set_overrides_every_run_but_not_the_keys_the_bench_sets(tmp_path, monke
     with pytest.raises(ConfigError, match="the text experiment has none"):
         run_property_bench("text", tmp_path / "t.json", overrides=["seed=1"])
     assert len(seen) == 1 and not (tmp_path / "bad-runs").exists()
+    # --participants: the K values of model-averaging, checked first as well
+    with pytest.raises(Stop):
+        run_property_bench("model-averaging", tmp_path / "k.json", participants=[4])
+    assert seen[-1].federation.num_clients == 4
+    for experiment, ks in (("model-averaging", [3, 1]), ("join", [3])):
+        with pytest.raises(
+            ConfigError, match=rf"got {re.escape(str(ks))} for {experiment}$"
+        ):
+            run_property_bench(experiment, tmp_path / "k.json", participants=ks)
+    assert len(seen) == 2
     bad = run_fedleak(
         "bench", "property", "join", "--set", "adversary.property.pooling=min",
         "--out", str(tmp_path / "cli.json"),

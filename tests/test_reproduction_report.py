@@ -565,9 +565,15 @@ def _averaging_phase(observed: float, cv: float, ratio: float) -> dict[str, Any]
     ],
 )
 def test_fig_7_8_rule_needs_both_k_separated(k3, k5, verdict, reason):
-    finding = assess(_claim("000 Fig. 7.8"), _averaging(k3, k5))
+    record = _averaging(k3, k5)
+    record["property-model-averaging"]["scale"] = {
+        "rounds": 500,
+        "thesis_iterations": 500,
+    }
+    finding = assess(_claim("000 Fig. 7.8"), record)
     assert finding.verdict == verdict and finding.reason.startswith(reason)
     assert finding.fedleak == f"trial AUC K=3 {k3:.2f}, K=5 {k5:.2f} (2 trials per arm)"
+    assert finding.scale == "500/500 it. = 1.00"
 
 
 def test_fig_7_8_reason_gives_windows_refits_and_diagnostics():
@@ -646,6 +652,52 @@ def test_fig_7_8_reason_gives_windows_refits_and_diagnostics():
         _claim("000 Fig. 7.8"), _averaging(0.8, 0.7, diagnostics=one_arm)
     ).reason
     assert reason == "property and control trials overlap"
+
+
+def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
+    held_out = {
+        "summary": {
+            "trials": 3,
+            "K3": {"whole_dataset_auc": 0.889},
+            "diagnostics": {
+                "K3-property-0": _averaging_phase(0.6, 0.99, 0.99),
+                "K3-control-0": _averaging_phase(0.4, 0.99, 0.95),
+                "K3-control-1": _averaging_phase(0.3, 0.99, 1.03),
+            },
+        }
+    }
+    held_out["summary"]["diagnostics"]["K3-control-1"]["2"].update(
+        norm_ratio=0.1, norm_ratio_last_fifth=0.0049
+    )
+    record = {**_averaging(0.8, 0.7), seed_claims.MA_HELD_OUT: held_out}
+    finding = assess(_claim("000 Fig. 7.8"), record)
+    assert finding.verdict == "not reproduced"  # the variant does not judge
+    assert finding.reason == (
+        "property and control trials overlap; with held-out auxiliary records "
+        "(training-pool records no client holds, 3 trials per arm): trial AUC "
+        "K=3 0.89; the emulations with the property are 0.99x the norm of those "
+        "without (9.90x in the last fifth), the observed aggregates 0.60x the "
+        "norm of the emulations (0.020x in the last fifth)"
+    )
+    # a K5 in the variant is read too, in order; missing figures are n/a
+    held_out["summary"]["K5"] = {"whole_dataset_auc": 0.5}
+    for run in held_out["summary"]["diagnostics"].values():
+        run["2"]["label_norm_ratio"] = None
+    text = seed_claims._held_out_variant(record)
+    assert "trial AUC K=3 0.89, K=5 0.50;" in text
+    assert "the property are n/ax the norm" in text
+    # a variant record without diagnostics gives its AUCs alone
+    del held_out["summary"]["diagnostics"]
+    assert seed_claims._held_out_variant(record).endswith(
+        "K=3 0.89, K=5 0.50; the emulations with the property are n/ax the norm "
+        "of those without (n/ax in the last fifth), the observed aggregates "
+        "n/ax the norm of the emulations (n/ax in the last fifth)"
+    )
+    # a reproduced row says nothing of it
+    record = {**_averaging(0.95, 0.95), seed_claims.MA_HELD_OUT: held_out}
+    assert assess(_claim("000 Fig. 7.8"), record).reason == (
+        "property trials score above control trials at K = 3 and 5"
+    )
 
 
 def _rounds(absent: float | None) -> dict[str, Any]:

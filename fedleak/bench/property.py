@@ -136,6 +136,7 @@ class _Settings:
     properties: tuple[str, ...] = ()
     extend: bool = False
     overrides: tuple[str, ...] = ()
+    participants: tuple[int, ...] = ()
 
 
 def _config_path(experiment: str) -> Path:
@@ -546,7 +547,7 @@ def _model_averaging(
     the adversary's classifier separates its own emulated aggregates, where
     it scores the observed ones, and how the emulations' norms compare.
     """
-    ks = [3] if s.quick else [3, 5]
+    ks = list(s.participants) or ([3] if s.quick else [3, 5])
     trials = s.trials or (1 if s.quick else THESIS_TRIALS)
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"trials": trials}
@@ -1021,6 +1022,17 @@ QUICK_ROUNDS: Final[dict[str, int]] = {
 }
 
 
+def _scale(
+    experiment: str, rounds: int | None, config_file: Path | None
+) -> dict[str, Any]:
+    """Give the rounds run against the thesis' iterations (the record's field)."""
+    used = rounds or (
+        _TEXT_ROUNDS if config_file is None else load_config(config_file).rounds
+    )
+    thesis = _THESIS_ITERATIONS[experiment]
+    return {"rounds": used, "thesis_iterations": thesis, "factor": used / thesis}
+
+
 def _classifier_facts(experiment: str) -> dict[str, Any]:
     """Describe the adversary's classifier of the experiment (the record's field)."""
     return {
@@ -1031,8 +1043,10 @@ def _classifier_facts(experiment: str) -> dict[str, Any]:
     }
 
 
-def _checked_experiment(experiment: str, overrides: Sequence[str]) -> Path | None:
-    """Check the experiment's name and the overrides before any run.
+def _checked_experiment(
+    experiment: str, overrides: Sequence[str], participants: Sequence[int] = ()
+) -> Path | None:
+    """Check the experiment's name, the overrides and the K values before any run.
 
     Returns the experiment file (None for ``text``, which has none).
     """
@@ -1048,6 +1062,11 @@ def _checked_experiment(experiment: str, overrides: Sequence[str]) -> Path | Non
         )
     if config_file is not None:
         load_config(config_file, list(overrides))  # a bad key fails here
+    if participants and (experiment != "model-averaging" or min(participants) < 2):
+        raise ConfigError(
+            "--participants chooses model-averaging's numbers of clients K >= 2; "
+            f"got {list(participants)} for {experiment}"
+        )
     return config_file
 
 
@@ -1063,6 +1082,7 @@ def run_property_bench(
     properties: Sequence[str] = (),
     extend: bool = False,
     overrides: Sequence[str] = (),
+    participants: Sequence[int] = (),
     verbose: bool = False,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
@@ -1098,6 +1118,9 @@ def run_property_bench(
         keys the bench sets per run (clients, fractions, seeds, schedules)
         keep the bench's values. Checked before any run; ``text`` has no
         experiment file and refuses them.
+    participants : sequence of int, optional
+        ``model-averaging``: the numbers of clients K to run (default 3 and
+        5, the thesis'; 3 alone with ``quick``), each at least 2.
     verbose : bool, default=False
         Show Flower's and Ray's logs.
     progress : callable, optional
@@ -1108,7 +1131,7 @@ def run_property_bench(
     dict
         The report written to ``out``.
     """
-    config_file = _checked_experiment(experiment, overrides)
+    config_file = _checked_experiment(experiment, overrides, participants)
     out = record_path(out, make_folder=True)
     if quick and rounds is None:
         rounds = QUICK_ROUNDS[experiment]
@@ -1124,9 +1147,7 @@ def run_property_bench(
         properties=tuple(properties),
         extend=extend,
         overrides=tuple(overrides),
-    )
-    used_rounds = rounds or (
-        _TEXT_ROUNDS if config_file is None else load_config(config_file).rounds
+        participants=tuple(participants),
     )
     started = time.perf_counter()
     rows, summary, plots = EXPERIMENTS[experiment](settings)
@@ -1138,11 +1159,7 @@ def run_property_bench(
             "seed": seed,
             "config_file": None if config_file is None else str(config_file),
             "overrides": list(overrides),
-            "scale": {
-                "rounds": used_rounds,
-                "thesis_iterations": _THESIS_ITERATIONS[experiment],
-                "factor": used_rounds / _THESIS_ITERATIONS[experiment],
-            },
+            "scale": _scale(experiment, rounds, config_file),
             "classifier": _classifier_facts(experiment),
             "runs": rows,
             "summary": summary,
@@ -1200,6 +1217,14 @@ def command(
             "bench sets per run keep its values.",
         ),
     ] = None,
+    participants: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--participants",
+            help="model-averaging: a number of clients K to run (repeatable) "
+            "[default: 3 and 5, the thesis'].",
+        ),
+    ] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Property inference against Flower clients: AUC, scores and plots."""
@@ -1214,6 +1239,7 @@ def command(
         properties=properties or (),
         extend=extend,
         overrides=set_ or (),
+        participants=participants or (),
         verbose=verbose,
         progress=say,
     )
