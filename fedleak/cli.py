@@ -14,6 +14,7 @@ and a benchmark's module loads only when that benchmark runs.
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import time
@@ -71,8 +72,29 @@ class _LazyBenchGroup(typer.core.TyperGroup):
         if bench is None:
             return super().resolve_command(ctx, args)
         loader = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        loader.command(name=bench.name)(bench.command())
+        loader.command(name=bench.name)(_stops_cleanly(bench.command()))
         return bench.name, typer.main.get_command(loader), args[1:]
+
+
+def _stops_cleanly(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a benchmark's command: a run stopped by a signal ends it in one line.
+
+    Typer turns a ``KeyboardInterrupt`` out of a command into a silent exit
+    130, so :class:`~fedleak.runtime.lifecycle.RunInterrupted` (which says
+    where the run stopped, and SIGTERM's 143) is caught here, before it.
+    """
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from .runtime.lifecycle import RunInterrupted
+
+        try:
+            return command(*args, **kwargs)
+        except RunInterrupted as err:
+            _err.print(escape(str(err)), highlight=False, soft_wrap=True)
+            raise typer.Exit(err.exit_code) from None
+
+    return run
 
 
 def _registered(name: str) -> Benchmark | None:
@@ -407,11 +429,9 @@ def main() -> None:
             soft_wrap=True,
         )
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt as err:  # a bench's run stopped (RunInterrupted), or
-        # Ctrl-C outside any run
-        code = getattr(err, "exit_code", 130)
-        _err.print(escape(str(err) or "interrupted"), highlight=False, soft_wrap=True)
-        sys.exit(code)
+    except KeyboardInterrupt:  # outside a run (a run turns Ctrl-C into a stop)
+        _err.print("interrupted")
+        sys.exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -230,33 +230,58 @@ def test_a_signal_stops_a_loop_of_runs_after_the_round(tmp_path, signum, group, 
     assert_no_process_left(proc.pid)
 
 
-def test_the_cli_reports_an_interrupted_run_in_one_line_with_its_status(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_benchmark_stopped_by_a_signal_ends_in_one_line_with_its_status(tmp_path):
+    """Typer turns a KeyboardInterrupt into a silent exit 130; the bench wrapper
+    says where the run stopped and keeps SIGTERM's 143."""
+    import typer
+    from typer.testing import CliRunner
+
     import fedleak.cli as cli
     from fedleak.runtime.lifecycle import RunInterrupted
 
-    def interrupted() -> None:
-        raise RunInterrupted(tmp_path / "r", 7, signal.SIGTERM)
+    def stopped(rounds: int = 7) -> None:
+        raise RunInterrupted(tmp_path / "r", rounds, signal.SIGTERM)
 
-    monkeypatch.setattr(cli, "app", interrupted)
-    with pytest.raises(SystemExit) as stopped:
-        cli.main()
-    assert stopped.value.code == 143
-    err = " ".join(capsys.readouterr().err.split())
-    assert err == (
-        f"interrupted (SIGTERM) after round 7: model.npz and results.json in "
-        f"{tmp_path / 'r'}; no round completed, so there is nothing to resume"
-    )
+    def finished(rounds: int = 7) -> None:
+        print(f"done {rounds}")
 
-    def ctrl_c() -> None:
-        raise KeyboardInterrupt
+    for command, code, text in (
+        (stopped, 143, "interrupted (SIGTERM) after round 3: model.npz and "
+         f"results.json in {tmp_path / 'r'}; no round completed, so there is "
+         "nothing to resume"),
+        (finished, 0, "done 3"),
+    ):  # fmt: skip
+        app = typer.Typer()
+        app.command()(cli._stops_cleanly(command))
+        result = CliRunner().invoke(app, ["--rounds", "3"])
+        assert result.exit_code == code
+        assert " ".join(result.output.split()) == text
 
-    monkeypatch.setattr(cli, "app", ctrl_c)
-    with pytest.raises(SystemExit) as stopped:
-        cli.main()
-    assert stopped.value.code == 130
-    assert capsys.readouterr().err.strip() == "interrupted"
+
+@pytest.mark.slow
+@pytest.mark.own_ray
+@pytest.mark.needs_fashion_mnist
+def test_ctrl_c_stops_a_benchmark_after_its_round_in_one_line(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = start(
+        "bench", "property", "model-averaging", "--quick", "--rounds", "300",
+        "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    run = tmp_path / "bench-runs" / "K3-property-0"
+    wait_for_rounds(run, 4, proc)
+    seconds, stderr = stop_run(proc, signal.SIGINT, group=True)
+    assert proc.returncode == 130, stderr
+    report_exit("SIGINT", seconds)
+    assert "Traceback" not in stderr
+    assert strict_load(run / "results.json")["status"] == "interrupted"
+    last = [line for line in stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("interrupted (SIGINT) after round ")
+    assert last.endswith(f"go on with: fedleak run --resume {run}")
+    assert not out.exists()  # no record from a stopped bench
+    assert sorted(p.name for p in (tmp_path / "bench-runs").iterdir()) == [
+        "K3-property-0"
+    ]
+    assert_no_process_left(proc.pid)
 
 
 @pytest.mark.slow

@@ -672,10 +672,23 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     record = {**_averaging(0.8, 0.7), seed_claims.MA_HELD_OUT: held_out}
     finding = assess(_claim("000 Fig. 7.8"), record)
     assert finding.verdict == "not reproduced"  # the variant does not judge
+    assert "trial AUC K=3 0.89; the emulations" in finding.reason  # no labels
+    # the main record's runs of the same trials (labels) are compared
+    held_out["runs"] = [
+        {"label": label} for label in ("K3-property-0", "K3-control-0", "K3-control-1")
+    ]
+    record["property-model-averaging"]["runs"] = [
+        {"label": "K3-property-0", "dataset_score": 0.6, "test_accuracy": 0.8},
+        {"label": "K3-property-1", "dataset_score": 0.1, "test_accuracy": 0.8},
+        {"label": "K3-control-0", "dataset_score": 0.6, "test_accuracy": 0.8},
+        {"label": "K3-control-1", "dataset_score": 0.7, "test_accuracy": 0.8},
+        {"label": "K3-control-2", "dataset_score": 0.0, "test_accuracy": 0.8},
+    ]  # property-1 and control-2 are not in the variant: left out
+    finding = assess(_claim("000 Fig. 7.8"), record)
     assert finding.reason == (
         "property and control trials overlap; with held-out auxiliary records "
         "(training-pool records no client holds, 3 trials per arm): trial AUC "
-        "K=3 0.89; the emulations with the property are 0.99x the norm of those "
+        "K=3 0.89 (its own records, the same trials: 0.25); the emulations with the property are 0.99x the norm of those "
         "without (9.90x in the last fifth), the observed aggregates 0.60x the "
         "norm of the emulations (0.020x in the last fifth)"
     )
@@ -684,12 +697,21 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     for run in held_out["summary"]["diagnostics"].values():
         run["2"]["label_norm_ratio"] = None
     text = seed_claims._held_out_variant(record)
-    assert "trial AUC K=3 0.89, K=5 0.50;" in text
+    assert (
+        "trial AUC K=3 0.89 (its own records, the same trials: 0.25), K=5 0.50;" in text
+    )  # no K = 5 runs of the variant's trials in the main record
     assert "the property are n/ax the norm" in text
+    # pairs ordered right count 1, ties 1/2, wrong 0
+    assert seed_claims._trial_auc([0.9, 0.5], [0.1, 0.5, 0.7]) == pytest.approx(
+        (3 + 1 + 0.5 + 0) / 6  # 0.9 above all three; 0.5 above 0.1, ties 0.5
+    )
+    # only one arm of the variant's trials in the main record: no comparison
+    held_out["runs"] = [{"label": "K3-property-0"}]
+    assert "the same trials" not in seed_claims._held_out_variant(record)
     # a variant record without diagnostics gives its AUCs alone
     del held_out["summary"]["diagnostics"]
     assert seed_claims._held_out_variant(record).endswith(
-        "K=3 0.89, K=5 0.50; the emulations with the property are n/ax the norm "
+        "K=5 0.50; the emulations with the property are n/ax the norm "
         "of those without (n/ax in the last fifth), the observed aggregates "
         "n/ax the norm of the emulations (n/ax in the last fifth)"
     )

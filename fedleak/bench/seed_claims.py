@@ -458,11 +458,18 @@ MA_HELD_OUT: Final = "property-model-averaging-held-out"
 """Fig. 7.8 again with ``adversary.property.aux_records = "held-out"``."""
 
 
+def _trial_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """Return the fraction of (positive, negative) pairs ordered right (ties half)."""
+    pairs = [(p > n) + 0.5 * (p == n) for p in positives for n in negatives]
+    return sum(pairs) / len(pairs)
+
+
 def _held_out_variant(records: Records) -> str:
     """Say what Fig. 7.8's trials give with held-out auxiliary records.
 
-    Reads :data:`MA_HELD_OUT` (empty where it is absent): each K's trial AUC
-    and, over its runs' ``diagnostics``, the median norm ratio of the
+    Reads :data:`MA_HELD_OUT` (empty where it is absent): each K's trial AUC,
+    next to the AUC of the main record's runs of the same trials (labels), and,
+    over its runs' ``diagnostics``, the median norm ratio of the
     emulations with the property to those without (whole run and last
     fifth), and of the observed aggregates to the emulations.
     """
@@ -471,7 +478,27 @@ def _held_out_variant(records: Records) -> str:
         return ""
     s = rec["summary"]
     ks = sorted(int(key[1:]) for key in s if re.fullmatch(r"K\d+", key))
-    aucs = ", ".join(f"K={k} {_f(s[f'K{k}']['whole_dataset_auc'], 2)}" for k in ks)
+    labels = {run["label"] for run in rec.get("runs", [])}
+    main_runs = records["property-model-averaging"]["runs"]
+    own = [r for r in main_runs if r.get("label") in labels]
+
+    def own_auc(k: int) -> str:
+        scores = {
+            arm: [
+                float(r["dataset_score"])
+                for r in own
+                if r["label"].startswith(f"K{k}-{arm}-")
+            ]
+            for arm in ("property", "control")
+        }
+        if not scores["property"] or not scores["control"]:
+            return ""
+        auc = _trial_auc(scores["property"], scores["control"])
+        return f" (its own records, the same trials: {_f(auc, 2)})"
+
+    aucs = ", ".join(
+        f"K={k} {_f(s[f'K{k}']['whole_dataset_auc'], 2)}{own_auc(k)}" for k in ks
+    )
     phases = [p for run in s.get("diagnostics", {}).values() for p in run.values()]
 
     def median(key: str, digits: int) -> str:
