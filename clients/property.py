@@ -73,7 +73,7 @@ from fedleak.settings import (
     RunContext,
     TargetSchedule,
 )
-from fedleak.task import TaskSpec, client_data, training_pool
+from fedleak.task import ClientData, TaskSpec, client_data, training_pool
 from fedleak.training import batch_gradient
 
 from .honest import HonestClient
@@ -228,7 +228,13 @@ def auxiliary_pools(
     "from the same class ... otherwise unrelated" (seed 000 Ch. 7.1.4), on
     which neither label's emulation has been trained.
 
-    Both pools are as large as the partition, so an emulated participant
+    With ``source="own-property"``, ``X_prop`` is the adversary's records that
+    carry the property (``data.property_adversary_fraction``) and
+    ``X_nonprop`` those that do not, none rendered: the federation trains on
+    both, as on the target's (seed 000 Ch. 7.2.7: "the adversary has the
+    same number of inputs with the property as the target").
+
+    Pools from the partition are as large as it, so an emulated participant
     (Ch. 7.2.7) can hold as many distinct records as a real one. Cached per
     process.
 
@@ -247,7 +253,7 @@ def auxiliary_pools(
     return _auxiliary_pools(spec.data_key(), spec, partition_id, source)
 
 
-AUX_SOURCES: Final = ("own", "held-out")
+AUX_SOURCES: Final = ("own", "held-out", "own-property")
 """Where the property adversary's auxiliary records come from."""
 
 
@@ -287,6 +293,8 @@ def _auxiliary_pools(
     key: tuple[Any, ...], spec: TaskSpec, partition_id: int, source: str
 ) -> AuxiliaryPools:
     data = client_data(spec, partition_id)
+    if source == "own-property":
+        return _own_property_pools(data, partition_id)
     if source == "held-out":
         x_plain, y_plain = held_out_records(spec, partition_id, data.num_train)
         x_plain = x_plain.astype(data.x_train.numpy().dtype, copy=False)
@@ -309,6 +317,24 @@ def _auxiliary_pools(
         y_prop=torch.from_numpy(np.concatenate([y_plain, y_already])),
         x_nonprop=torch.from_numpy(np.ascontiguousarray(x_plain)),
         y_nonprop=torch.from_numpy(y_plain),
+    )
+
+
+def _own_property_pools(data: ClientData, partition_id: int) -> AuxiliaryPools:
+    """Split the partition's records by the property, none rendered."""
+    has = data.has_property.astype(bool)
+    if has.all() or not has.any():
+        raise DataError(
+            f"adversary.property.aux_records = 'own-property': the adversary's "
+            f"partition {partition_id} holds {int(has.sum())} records with the "
+            f"property and {int((~has).sum())} without; it needs both (set "
+            "data.property_adversary_fraction in (0, 1))"
+        )
+    return AuxiliaryPools(
+        x_prop=data.x_train[torch.from_numpy(has)],
+        y_prop=data.y_train[torch.from_numpy(has)],
+        x_nonprop=data.x_train[torch.from_numpy(~has)],
+        y_nonprop=data.y_train[torch.from_numpy(~has)],
     )
 
 

@@ -250,11 +250,12 @@ class PropertyAttackSettings(SettingsModel):
         Labelled gradient pairs per round (>= 1).
     aux_fraction : float
         Fraction of a positive auxiliary batch with the property, in (0, 1].
-    aux_records : {"own", "held-out"}
+    aux_records : {"own", "held-out", "own-property"}
         Where ``X_prop`` / ``X_nonprop`` come from: the adversary's training
-        records (which the model memorises as training goes on), or as many
+        records (which the model memorises as training goes on), as many
         training-pool records that no client holds (seed 000 Ch. 7.1.4: "from
-        the same class ... otherwise can be unrelated").
+        the same class ... otherwise can be unrelated"), or its own records
+        with and without the property (``data.property_adversary_fraction``).
     emulate : int
         Other participants emulated; 0 = ``num_clients - 1``.
     alpha : float
@@ -268,7 +269,7 @@ class PropertyAttackSettings(SettingsModel):
     pooling: Literal["max", "raw"] = "max"
     aux_pairs: int = Field(1, ge=1)
     aux_fraction: float = Field(1.0, gt=0, le=1)
-    aux_records: Literal["own", "held-out"] = "own"
+    aux_records: Literal["own", "held-out", "own-property"] = "own"
     emulate: int = Field(0, ge=0)
     alpha: float = Field(0.0, ge=0, le=1)
     head_learning_rate: float = Field(0.05, gt=0)

@@ -77,6 +77,11 @@ class TaskSpec:
     property_partition_size : int
         Records per partition of the ``"property"`` split (0 = the largest
         size the pool allows).
+    property_adversary : int
+        A partition given ``property_adversary_fraction`` of its records with
+        the property (-1 = none).
+    property_adversary_fraction : float
+        That partition's fraction with the property.
     model : str
         Name for :func:`fedleak.models.build_model`.
     model_dropout : float
@@ -108,6 +113,8 @@ class TaskSpec:
     property_target_fraction: float = 0.5
     property_others_fraction: float = 0.0
     property_partition_size: int = 0
+    property_adversary: int = -1
+    property_adversary_fraction: float = 0.0
     model: str = "cnn"
     model_dropout: float = 0.0
     model_embedding_dim: int = 0
@@ -216,6 +223,8 @@ class TaskSpec:
             self.property_others_fraction,
             self.seed,
             self.property_partition_size,
+            self.property_adversary,
+            self.property_adversary_fraction,
         )
 
     def load(self) -> Dataset:
@@ -331,6 +340,8 @@ def _training_pool(
             others_fraction=spec.property_others_fraction,
             partition_size=spec.property_partition_size or None,
             seed=rng_split,
+            adversary=spec.property_adversary if spec.property_adversary >= 0 else None,
+            adversary_fraction=spec.property_adversary_fraction,
         )
     return x, y, has_property, parts
 
@@ -349,6 +360,8 @@ def _spec_from_key(key: tuple[Any, ...]) -> TaskSpec:
         "property_others_fraction",
         "seed",
         "property_partition_size",
+        "property_adversary",
+        "property_adversary_fraction",
     )
     return TaskSpec(**dict(zip(names, key, strict=True)))
 

@@ -187,6 +187,59 @@ def test_property_split_fractions_exact() -> None:
     assert counts == [10, 10, 50, 10, 10]
 
 
+def test_property_split_gives_the_adversary_its_own_fraction() -> None:
+    has = np.zeros(1000, dtype=bool)
+    has[np.random.default_rng(0).permutation(1000)[:300]] = True
+    parts = partition_property(
+        has,
+        4,
+        target=0,
+        target_fraction=0.8,
+        others_fraction=0.1,
+        partition_size=100,
+        seed=0,
+        adversary=3,
+        adversary_fraction=0.6,
+    )
+    assert [int(has[p].sum()) for p in parts] == [80, 10, 10, 60]
+    assert partition_sizes(parts) == [100] * 4
+    assert_disjoint(parts)
+    # the largest size that fits counts the adversary's needs too: with
+    # 300 records with the property, round(0.8 s) + round(0.6 s) <= 300
+    # holds up to s = 214 (171 + 128 = 299), fails at 215 (172 + 129)
+    widest = partition_property(
+        has, 4, target=0, target_fraction=0.8, seed=0, adversary=3,
+        adversary_fraction=0.6,
+    )  # fmt: skip
+    assert partition_sizes(widest) == [214] * 4
+    with pytest.raises(DataError, match="needs 301 records with the property"):
+        partition_property(
+            has, 4, target=0, target_fraction=0.8, partition_size=215, seed=0,
+            adversary=3, adversary_fraction=0.6,
+        )  # fmt: skip
+    # named without a fraction, the adversary holds none
+    plain = partition_property(
+        has, 4, target=0, target_fraction=0.8, partition_size=100, seed=0,
+        adversary=3,
+    )  # fmt: skip
+    assert [int(has[p].sum()) for p in plain] == [80, 0, 0, 0]
+    for adversary, text in (
+        (0, r"^adversary partition 0 is the target's$"),
+        (4, r"^adversary must be an integer in \[0, 3\]; got 4\.$"),
+        (-1, r"^adversary must be an integer in \[0, 3\]; got -1\.$"),
+    ):
+        with pytest.raises(ConfigError, match=text):
+            partition_property(
+                has, 4, target=0, target_fraction=0.8, seed=0,
+                adversary=adversary, adversary_fraction=0.6,
+            )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^adversary_fraction must be in"):
+        partition_property(
+            has, 4, target=0, target_fraction=0.8, seed=0, adversary=1,
+            adversary_fraction=1.5,
+        )  # fmt: skip
+
+
 def test_property_control_setting() -> None:
     has = np.arange(600) % 3 == 0  # 200 with, 400 without
     parts = partition_property(
@@ -253,14 +306,24 @@ def test_property_not_enough_records() -> None:
 
 def test_property_bad_args() -> None:
     has = np.arange(100) % 2 == 0
-    with pytest.raises(ConfigError, match="target_fraction"):
+    with pytest.raises(ConfigError, match=r"^target_fraction must be in"):
         partition_property(has, 2, target=0, target_fraction=1.5, seed=0)
-    with pytest.raises(ConfigError, match="others_fraction"):
+    with pytest.raises(ConfigError, match=r"^others_fraction must be in"):
         partition_property(
             has, 2, target=0, target_fraction=0.5, others_fraction=-0.1, seed=0
         )
-    with pytest.raises(ConfigError, match="target"):
+    with pytest.raises(ConfigError, match=r"^target must be an integer in \[0, 1\]"):
         partition_property(has, 2, target=2, target_fraction=0.5, seed=0)
+    with pytest.raises(ConfigError, match=r"^num_partitions must be an integer"):
+        partition_property(has, 0, target=0, target_fraction=0.5, seed=0)
+    (alone,) = partition_property(has, 1, target=0, target_fraction=0.5, seed=0)
+    assert alone.size == 100  # one partition is allowed: all 50 + 50 records
+    with pytest.raises(
+        ConfigError, match=r"^has_property must be a one-dimensional mask, got shape"
+    ):
+        partition_property(
+            has.reshape(10, 10), 2, target=0, target_fraction=0.5, seed=0
+        )
     with pytest.raises(ConfigError, match="target"):
         partition_property(has, 2, target=-1, target_fraction=0.5, seed=0)
     with pytest.raises(ConfigError, match="partition_size"):

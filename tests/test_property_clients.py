@@ -260,6 +260,44 @@ def test_held_out_auxiliary_pools_refuse_a_short_pool_and_an_unknown_source():
         auxiliary_pools(spec, 1, "fresh")
 
 
+def test_own_property_pools_are_the_adversary_records_as_trained_on():
+    import fedleak.clients.property as property_clients
+
+    property_clients._auxiliary_pools.cache_clear()  # build them here, not cached
+    config = experiment(
+        data={"property_adversary_fraction": 0.25},
+        adversary={"property": {"aux_records": "own-property"}},
+    )
+    spec = config.task()
+    assert (spec.property_adversary, spec.property_adversary_fraction) == (1, 0.25)
+    _, y, has_property, parts = training_pool(spec)
+    assert [int(has_property[p].sum()) for p in parts] == [60, 30, 0]
+    pools = auxiliary_pools(spec, 1, "own-property")
+    assert pools.x_prop.shape[0] == 30 and pools.x_nonprop.shape[0] == 90
+    rows, _, _ = _pool_rows(spec)
+    prop = [rows[r.tobytes()] for r in pools.x_prop.numpy().reshape(30, -1)]
+    plain = [rows[r.tobytes()] for r in pools.x_nonprop.numpy().reshape(90, -1)]
+    assert set(prop) | set(plain) == set(parts[1].tolist())  # its own, unrendered
+    assert has_property[prop].all() and not has_property[plain].any()
+    np.testing.assert_array_equal(pools.y_prop.numpy(), y[prop])
+    np.testing.assert_array_equal(pools.y_nonprop.numpy(), y[plain])
+    # without the data option the adversary holds none: refused, naming it
+    with pytest.raises(
+        DataError,
+        match=r"holds 0 records with the property and 120 without; it needs both "
+        r"\(set data\.property_adversary_fraction in \(0, 1\)\)$",
+    ):
+        auxiliary_pools(experiment().task(), 1, "own-property")
+    # only a property adversary may hold them
+    with pytest.raises(ConfigError, match=r"data\.property_adversary_fraction: only"):
+        experiment(
+            data={"property_adversary_fraction": 0.25},
+            adversary={"kind": "none"},
+        )
+    # the split without the option is the one it always was
+    assert experiment().task().property_adversary == -1
+
+
 def test_multitask_gradient_alpha_zero_is_the_plain_gradient():
     spec = experiment().task()
     model = spec.new_model()

@@ -688,7 +688,7 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     assert finding.reason == (
         "property and control trials overlap; with held-out auxiliary records "
         "(training-pool records no client holds, 3 trials per arm): trial AUC "
-        "K=3 0.89 (its own records, the same trials: 0.25); the emulations with the property are 0.99x the norm of those "
+        "K=3 0.89 (the main record's runs of the same trials: 0.25); the emulations with the property are 0.99x the norm of those "
         "without (9.90x in the last fifth), the observed aggregates 0.60x the "
         "norm of the emulations (0.020x in the last fifth)"
     )
@@ -696,9 +696,10 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     held_out["summary"]["K5"] = {"whole_dataset_auc": 0.5}
     for run in held_out["summary"]["diagnostics"].values():
         run["2"]["label_norm_ratio"] = None
-    text = seed_claims._held_out_variant(record)
+    text = seed_claims._emulation_variants(record)
     assert (
-        "trial AUC K=3 0.89 (its own records, the same trials: 0.25), K=5 0.50;" in text
+        "trial AUC K=3 0.89 (the main record's runs of the same trials: 0.25), K=5 0.50;"
+        in text
     )  # no K = 5 runs of the variant's trials in the main record
     assert "the property are n/ax the norm" in text
     # pairs ordered right count 1, ties 1/2, wrong 0
@@ -707,10 +708,10 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     )
     # only one arm of the variant's trials in the main record: no comparison
     held_out["runs"] = [{"label": "K3-property-0"}]
-    assert "the same trials" not in seed_claims._held_out_variant(record)
+    assert "the same trials" not in seed_claims._emulation_variants(record)
     # a variant record without diagnostics gives its AUCs alone
     del held_out["summary"]["diagnostics"]
-    assert seed_claims._held_out_variant(record).endswith(
+    assert seed_claims._emulation_variants(record).endswith(
         "K=5 0.50; the emulations with the property are n/ax the norm "
         "of those without (n/ax in the last fifth), the observed aggregates "
         "n/ax the norm of the emulations (n/ax in the last fifth)"
@@ -720,6 +721,41 @@ def test_fig_7_8_reason_adds_the_held_out_variant_where_it_was_run():
     assert assess(_claim("000 Fig. 7.8"), record).reason == (
         "property trials score above control trials at K = 3 and 5"
     )
+
+
+def test_fig_7_8_reason_adds_each_variant_in_order_with_its_settings():
+    def variant(auc: float, overrides: list[str]) -> dict[str, Any]:
+        return {
+            "overrides": overrides,
+            "summary": {"trials": 3, "K3": {"whole_dataset_auc": auc}},
+        }
+
+    own_property = variant(
+        0.5,
+        [
+            "data.property_adversary_fraction=0.2",
+            "data.property_adversary_fraction=0.5",  # the last one counts
+            "adversary.property.aux_records=own-property",
+        ],
+    )
+    record = {
+        **_averaging(0.8, 0.7),
+        seed_claims.MA_OWN_PROPERTY: own_property,
+        seed_claims.MA_HELD_OUT: variant(0.75, []),
+    }
+    reason = assess(_claim("000 Fig. 7.8"), record).reason
+    held = reason.index("; with held-out auxiliary records (training-pool")
+    own = reason.index(
+        "; with its own records with and without the property as auxiliary "
+        "records (a fraction 0.5 of its records carry it, the federation trains "
+        "on both, 3 trials per arm): trial AUC K=3 0.50; the emulations"
+    )
+    assert held < own  # held-out first, then own-property, joined as they are
+    assert "in the last fifth); with its own records with" in reason
+    assert seed_claims._override({"overrides": ["k=1", "k=2=3", "k=4"]}, "k") == "4"
+    assert seed_claims._override({"overrides": ["kk=1", "k=2=3"]}, "k") == "2=3"
+    own_property["overrides"] = []
+    assert "(a fraction ? of its records" in seed_claims._emulation_variants(record)
 
 
 def _rounds(absent: float | None) -> dict[str, Any]:

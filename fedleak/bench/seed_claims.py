@@ -444,7 +444,7 @@ def _fig_7_8(records: Records) -> Finding:
     else:
         verdict, reason = "not reproduced", "property and control trials overlap"
     if verdict != "reproduced":
-        reason += _averaging_diagnosis(s) + _held_out_variant(records)
+        reason += _averaging_diagnosis(s) + _emulation_variants(records)
     return _property_finding(
         f"trial AUC K=3 {_f(k3, 2)}, K=5 {_f(k5, 2)} ({s['trials']} trials per arm)",
         rec["runs"],
@@ -457,6 +457,9 @@ def _fig_7_8(records: Records) -> Finding:
 MA_HELD_OUT: Final = "property-model-averaging-held-out"
 """Fig. 7.8 again with ``adversary.property.aux_records = "held-out"``."""
 
+MA_OWN_PROPERTY: Final = "property-model-averaging-own-property"
+"""Fig. 7.8 again with ``adversary.property.aux_records = "own-property"``."""
+
 
 def _trial_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
     """Return the fraction of (positive, negative) pairs ordered right (ties half)."""
@@ -464,29 +467,56 @@ def _trial_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
     return sum(pairs) / len(pairs)
 
 
-def _held_out_variant(records: Records) -> str:
-    """Say what Fig. 7.8's trials give with held-out auxiliary records.
+def _override(rec: Mapping[str, Any], key: str) -> str:
+    """Return the value a record's ``overrides`` (``--set``) gave ``key``, or ``?``."""
+    found = [
+        o.split("=", 1)[1] for o in rec.get("overrides", []) if o.startswith(f"{key}=")
+    ]
+    return found[-1] if found else "?"
 
-    Reads :data:`MA_HELD_OUT` (empty where it is absent): each K's trial AUC,
-    next to the AUC of the main record's runs of the same trials (labels), and,
-    over its runs' ``diagnostics``, the median norm ratio of the
-    emulations with the property to those without (whole run and last
-    fifth), and of the observed aggregates to the emulations.
+
+def _emulation_variants(records: Records) -> str:
+    """Say what Fig. 7.8's trials give with other auxiliary records.
+
+    Reads :data:`MA_HELD_OUT` and :data:`MA_OWN_PROPERTY` where they exist,
+    each through :func:`_emulation_variant`.
     """
-    rec = records.get(MA_HELD_OUT)
-    if rec is None:
-        return ""
+    fraction = _override(
+        records.get(MA_OWN_PROPERTY, {}), "data.property_adversary_fraction"
+    )
+    described = {
+        MA_HELD_OUT: "held-out auxiliary records (training-pool records no client "
+        "holds",
+        MA_OWN_PROPERTY: "its own records with and without the property as "
+        f"auxiliary records (a fraction {fraction} of its records carry it, the "
+        "federation trains on both",
+    }
+    return "".join(
+        _emulation_variant(records, records[name], text)
+        for name, text in described.items()
+        if name in records
+    )
+
+
+def _emulation_variant(records: Records, rec: Mapping[str, Any], what: str) -> str:
+    """Say what one variant record of Fig. 7.8 gives.
+
+    Each K's trial AUC, next to the AUC of the main record's runs of the
+    same trials (labels), and, over its runs' ``diagnostics``, the median
+    norm ratio of the emulations with the property to those without (whole
+    run and last fifth), and of the observed aggregates to the emulations.
+    """
     s = rec["summary"]
     ks = sorted(int(key[1:]) for key in s if re.fullmatch(r"K\d+", key))
     labels = {run["label"] for run in rec.get("runs", [])}
     main_runs = records["property-model-averaging"]["runs"]
-    own = [r for r in main_runs if r.get("label") in labels]
+    same = [r for r in main_runs if r.get("label") in labels]
 
-    def own_auc(k: int) -> str:
+    def main_auc(k: int) -> str:
         scores = {
             arm: [
                 float(r["dataset_score"])
-                for r in own
+                for r in same
                 if r["label"].startswith(f"K{k}-{arm}-")
             ]
             for arm in ("property", "control")
@@ -494,10 +524,10 @@ def _held_out_variant(records: Records) -> str:
         if not scores["property"] or not scores["control"]:
             return ""
         auc = _trial_auc(scores["property"], scores["control"])
-        return f" (its own records, the same trials: {_f(auc, 2)})"
+        return f" (the main record's runs of the same trials: {_f(auc, 2)})"
 
     aucs = ", ".join(
-        f"K={k} {_f(s[f'K{k}']['whole_dataset_auc'], 2)}{own_auc(k)}" for k in ks
+        f"K={k} {_f(s[f'K{k}']['whole_dataset_auc'], 2)}{main_auc(k)}" for k in ks
     )
     phases = [p for run in s.get("diagnostics", {}).values() for p in run.values()]
 
@@ -506,8 +536,7 @@ def _held_out_variant(records: Records) -> str:
         return _f(statistics.median(values), digits) if values else "n/a"
 
     return (
-        f"; with held-out auxiliary records (training-pool records no client "
-        f"holds, {s['trials']} trials per arm): trial AUC {aucs}; the "
+        f"; with {what}, {s['trials']} trials per arm): trial AUC {aucs}; the "
         f"emulations with the property are {median('label_norm_ratio', 2)}x "
         f"the norm of those without ({median('label_norm_ratio_last_fifth', 2)}x "
         f"in the last fifth), the observed aggregates "

@@ -8,6 +8,8 @@ same seed gives the same partitions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..errors import ConfigError, DataError
@@ -152,14 +154,13 @@ def partition_dirichlet(
     )
 
 
-def _property_needs(
-    size: int, k: int, target_fraction: float, others_fraction: float
-) -> tuple[int, int]:
-    """Return (records with, records without) the property needed."""
-    target_with = round(size * target_fraction)
-    others_with = round(size * others_fraction)
-    needed_with = target_with + (k - 1) * others_with
-    return needed_with, k * size - needed_with
+def _property_needs(size: int, fractions: Sequence[float]) -> tuple[int, int]:
+    """Return the records with and without the property the partitions need.
+
+    One partition of ``size`` records per fraction.
+    """
+    needed_with = sum(round(size * f) for f in fractions)
+    return needed_with, len(fractions) * size - needed_with
 
 
 def partition_property(
@@ -171,6 +172,8 @@ def partition_property(
     others_fraction: float = 0.0,
     partition_size: int | None = None,
     seed: int | np.random.Generator,
+    adversary: int | None = None,
+    adversary_fraction: float = 0.0,
 ) -> list[np.ndarray]:
     """Split records so that one partition is rich in a property.
 
@@ -200,6 +203,13 @@ def partition_property(
         the property or of records without it.
     seed : int or numpy.random.Generator
         Source of randomness.
+    adversary : int or None, optional
+        A partition (not ``target``) that gets ``adversary_fraction`` of its
+        records with the property instead of ``others_fraction``: a property
+        adversary holding "the same number of inputs with the property as the
+        target" (seed 000 Ch. 7.2.7).
+    adversary_fraction : float, optional
+        Its fraction with the property, in ``[0, 1]`` (default 0.0).
 
     Returns
     -------
@@ -220,6 +230,12 @@ def partition_property(
     t = check_int("target", target, low=0, high=k - 1)
     tf = check_probability("target_fraction", target_fraction)
     of = check_probability("others_fraction", others_fraction)
+    af = check_probability("adversary_fraction", adversary_fraction)
+    if adversary is not None:
+        check_int("adversary", adversary, low=0, high=k - 1)
+        if adversary == t:
+            raise ConfigError(f"adversary partition {adversary} is the target's")
+    fractions = [tf if i == t else af if i == adversary else of for i in range(k)]
     mask = np.asarray(has_property)
     if mask.ndim != 1:
         raise ConfigError(
@@ -229,7 +245,7 @@ def partition_property(
     with_idx = np.flatnonzero(mask)
     without_idx = np.flatnonzero(~mask)
     size = _property_partition_size(
-        (with_idx.size, without_idx.size), mask.size, k, tf, of, partition_size
+        (with_idx.size, without_idx.size), mask.size, fractions, partition_size
     )
     rng = np.random.default_rng(seed)
     with_pool = rng.permutation(with_idx)
@@ -237,7 +253,7 @@ def partition_property(
     parts: list[np.ndarray] = []
     w_at = wo_at = 0
     for i in range(k):
-        n_with = round(size * (tf if i == t else of))
+        n_with = round(size * fractions[i])
         n_without = size - n_with
         parts.append(
             np.concatenate(
@@ -255,9 +271,7 @@ def partition_property(
 def _property_partition_size(
     available: tuple[int, int],
     pool: int,
-    k: int,
-    tf: float,
-    of: float,
+    fractions: Sequence[float],
     partition_size: int | None,
 ) -> int:
     """Check or find the records per partition of :func:`partition_property`.
@@ -270,16 +284,17 @@ def _property_partition_size(
     """
 
     def fits(size: int) -> bool:
-        need_with, need_without = _property_needs(size, k, tf, of)
+        need_with, need_without = _property_needs(size, fractions)
         return need_with <= available[0] and need_without <= available[1]
 
     if partition_size is None:
+        k = len(fractions)
         lo, hi = 0, pool // k
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
         if lo == 0:
-            need_with, need_without = _property_needs(1, k, tf, of)
+            need_with, need_without = _property_needs(1, fractions)
             raise DataError(
                 f"the pool cannot fill {k} partitions of even one record: "
                 f"needs {need_with} records with the property and "
@@ -288,8 +303,9 @@ def _property_partition_size(
             )
         return lo
     size = check_int("partition_size", partition_size, low=1)
+    k = len(fractions)
     if not fits(size):
-        need_with, need_without = _property_needs(size, k, tf, of)
+        need_with, need_without = _property_needs(size, fractions)
         raise DataError(
             f"not enough records for {k} partitions of {size}: needs "
             f"{need_with} records with the property and {need_without} "

@@ -114,6 +114,12 @@ class DataConfig(_Section):
     property_target: int = Field(0, ge=0)
     property_target_fraction: float = Field(0.5, ge=0, le=1)
     property_others_fraction: float = Field(0.0, ge=0, le=1)
+    property_adversary_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="fraction of the property adversary's records with the property",
+    )
     property_partition_size: int = Field(
         0, ge=0, description="records per client of the property split; 0 = max"
     )
@@ -363,6 +369,14 @@ class ExperimentConfig(_Section):
     @model_validator(mode="after")
     def _adversary(self) -> ExperimentConfig:
         a = self.adversary
+        if self.data.property_adversary_fraction > 0 and not a.kind.endswith(
+            "-property"
+        ):
+            raise ValueError(
+                "data.property_adversary_fraction: only a property adversary "
+                "(adversary.kind 'passive-property' or 'active-property') holds "
+                "records with the property"
+            )
         if a.kind == "none":
             return self
         k = self.federation.num_clients
@@ -517,6 +531,10 @@ class ExperimentConfig(_Section):
             property_target_fraction=d.property_target_fraction,
             property_others_fraction=d.property_others_fraction,
             property_partition_size=d.property_partition_size,
+            property_adversary=(
+                self.adversary.partition if d.property_adversary_fraction > 0 else -1
+            ),
+            property_adversary_fraction=d.property_adversary_fraction,
             model=self.model.name,
             model_dropout=self.model.dropout,
             model_embedding_dim=self.model.embedding_dim,
