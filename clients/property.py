@@ -241,10 +241,11 @@ def auxiliary_pools(
     Raises
     ------
     ConfigError
-        If ``source`` is neither ``"own"`` nor ``"held-out"``.
+        If ``source`` is not one of :data:`AUX_SOURCES`.
     DataError
-        If there are no records without the property to build from, or too
-        few held-out records.
+        If there are no records without the property to build from, too few
+        held-out records, or (``"own-property"``) the partition lacks records
+        with or without the property.
     """
     if source not in AUX_SOURCES:
         raise ConfigError(

@@ -228,14 +228,9 @@ def partition_property(
     """
     k = check_int("num_partitions", num_partitions, low=1)
     t = check_int("target", target, low=0, high=k - 1)
-    tf = check_probability("target_fraction", target_fraction)
-    of = check_probability("others_fraction", others_fraction)
-    af = check_probability("adversary_fraction", adversary_fraction)
-    if adversary is not None:
-        check_int("adversary", adversary, low=0, high=k - 1)
-        if adversary == t:
-            raise ConfigError(f"adversary partition {adversary} is the target's")
-    fractions = [tf if i == t else af if i == adversary else of for i in range(k)]
+    fractions = _property_fractions(
+        k, t, target_fraction, others_fraction, adversary, adversary_fraction
+    )
     mask = np.asarray(has_property)
     if mask.ndim != 1:
         raise ConfigError(
@@ -266,6 +261,25 @@ def partition_property(
         w_at += n_with
         wo_at += n_without
     return _finish(parts)
+
+
+def _property_fractions(
+    k: int,
+    target: int,
+    target_fraction: float,
+    others_fraction: float,
+    adversary: int | None,
+    adversary_fraction: float,
+) -> list[float]:
+    """Check the fractions of :func:`partition_property`; return one per partition."""
+    tf = check_probability("target_fraction", target_fraction)
+    of = check_probability("others_fraction", others_fraction)
+    af = check_probability("adversary_fraction", adversary_fraction)
+    if adversary is not None:
+        check_int("adversary", adversary, low=0, high=k - 1)
+        if adversary == target:
+            raise ConfigError(f"adversary partition {adversary} is the target's")
+    return [tf if i == target else af if i == adversary else of for i in range(k)]
 
 
 def _property_partition_size(
