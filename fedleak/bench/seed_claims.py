@@ -475,6 +475,12 @@ def _override(rec: Mapping[str, Any], key: str) -> str:
     return found[-1] if found else "?"
 
 
+def _phase_median(phases: Sequence[Mapping[str, Any]], key: str, digits: int) -> str:
+    """Format the median of ``key`` over the phases that have it (``n/a``: none)."""
+    values = [float(p[key]) for p in phases if p.get(key) is not None]
+    return _f(statistics.median(values), digits) if values else "n/a"
+
+
 def _emulation_variants(records: Records) -> str:
     """Say what Fig. 7.8's trials give with other auxiliary records.
 
@@ -532,8 +538,7 @@ def _emulation_variant(records: Records, rec: Mapping[str, Any], what: str) -> s
     phases = [p for run in s.get("diagnostics", {}).values() for p in run.values()]
 
     def median(key: str, digits: int) -> str:
-        values = [float(p[key]) for p in phases if p.get(key) is not None]
-        return _f(statistics.median(values), digits) if values else "n/a"
+        return _phase_median(phases, key, digits)
 
     return (
         f"; with {what}, {s['trials']} trials per arm): trial AUC {aucs}; the "
@@ -594,8 +599,7 @@ def _averaging_diagnosis(summary: Mapping[str, Any]) -> str:
         runs = arms["property"] + arms["control"]
 
         def median(key: str, digits: int = 2) -> str:
-            values = [float(r[key]) for r in runs if r.get(key) is not None]
-            return _f(statistics.median(values), digits) if values else "n/a"
+            return _phase_median(runs, key, digits)
 
         observed = {
             arm: _range([r["observed_median"] for r in phases])
