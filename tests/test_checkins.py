@@ -220,3 +220,69 @@ def test_malformed_business_line_names_the_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "b.json", [json.dumps({"categories": "x"})])
     with pytest.raises(DataError, match=r"b\.json, line 1: missing key"):
         read_yelp_businesses(path)
+
+
+def test_the_neutral_head_carries_no_preference() -> None:
+    from fedleak.data.checkins import _preference_weights, _Venues
+
+    popularity = np.array([0.5, 1.0, 0.25, 0.2, 1 / 3])  # ranks 2, 1, 4, 5, 3
+    category = np.array([0, 1, 2, 3, 0])  # of 4: 0 and 1 favoured by attribute 1
+    venues = _Venues(
+        category=category,
+        popularity=popularity,
+        area=category,
+        latitude=popularity,
+        longitude=popularity,
+    )
+    plain = _preference_weights(venues, 4, 3.0)
+    np.testing.assert_allclose(plain[1] / popularity, [3, 3, 1, 1, 3])
+    np.testing.assert_allclose(plain[0] / popularity, [1, 1, 3, 3, 1])
+    # the two most popular (venues 1 and 0) weigh alike for both attributes
+    head = _preference_weights(venues, 4, 3.0, neutral_head=2)
+    np.testing.assert_allclose(head[1] / popularity, [1, 1, 1, 1, 3])
+    np.testing.assert_allclose(head[0] / popularity, [1, 1, 3, 3, 1])
+    every = _preference_weights(venues, 4, 3.0, neutral_head=5)
+    np.testing.assert_allclose(every[0], every[1])
+    # an odd number of categories: those below 5 // 2 = 2 go to attribute 1
+    odd = _preference_weights(venues, 5, 3.0)
+    np.testing.assert_allclose(odd[1] / popularity, [3, 3, 1, 1, 3])
+
+
+def test_a_neutral_head_moves_the_signal_into_the_tail() -> None:
+    plain = synthetic_checkins(
+        num_users=400, num_venues=300, attribute_shift=6.0, seed=1
+    )
+    tail = synthetic_checkins(
+        num_users=400, num_venues=300, attribute_shift=6.0, neutral_head=30, seed=1
+    )
+    np.testing.assert_array_equal(plain.attribute, tail.attribute)
+
+    def favoured_share_gap(data, venues):  # favoured-category share, b=1 minus b=0
+        category = np.char.replace(data.table.category_name, "Category ", "")
+        favoured = category.astype(int) < 10
+        at = np.isin(data.table.venue, venues)
+        by_user = data.attribute[data.table.user] == 1
+        return favoured[at & by_user].mean() - favoured[at & ~by_user].mean()
+
+    names, counts = np.unique(plain.table.venue, return_counts=True)
+    hot = names[np.argsort(-counts)[:10]]  # among the 30 most popular
+    assert favoured_share_gap(plain, hot) > 0.35  # 0.45 measured
+    assert abs(favoured_share_gap(tail, hot)) < 0.2  # 0.10 measured
+    names, counts = np.unique(tail.table.venue, return_counts=True)
+    rare = names[np.argsort(-counts)[60:]]
+    assert favoured_share_gap(tail, rare) > 0.5
+
+
+@pytest.mark.parametrize("head", [-1, 301])
+def test_a_neutral_head_outside_the_venues_is_refused(head: int) -> None:
+    message = rf"^neutral_head must be an integer in \[0, 300\]; got {head}\.$"
+    with pytest.raises(ConfigError, match=message):
+        synthetic_checkins(num_users=10, num_venues=300, neutral_head=head)
+
+
+def test_no_neutral_head_by_default() -> None:
+    plain = synthetic_checkins(num_users=50, num_venues=100, seed=4)
+    none = synthetic_checkins(num_users=50, num_venues=100, neutral_head=0, seed=4)
+    np.testing.assert_array_equal(plain.table.venue, none.table.venue)
+    head = synthetic_checkins(num_users=50, num_venues=100, neutral_head=1, seed=4)
+    assert not np.array_equal(plain.table.venue, head.table.venue)

@@ -334,3 +334,60 @@ def test_property_bad_args() -> None:
 
 def test_partition_sizes() -> None:
     assert partition_sizes([np.arange(3), np.arange(0), np.arange(5)]) == [3, 0, 5]
+
+
+@pytest.mark.parametrize("with_", [0, 1, 7, 40, 99])
+@pytest.mark.parametrize("without", [3, 25, 200])
+@pytest.mark.parametrize(
+    "fractions", [(0.5, 0.0, 0.0), (0.9, 0.3), (1.0, 0.0, 0.1, 0.25)]
+)
+def test_the_largest_partition_size_is_the_largest_that_fits(with_, without, fractions):
+    from fedleak.data.partition import _property_needs, _property_partition_size
+
+    pool = with_ + without
+
+    def fits(size: int) -> bool:
+        need_with, need_without = _property_needs(size, fractions)
+        return need_with <= with_ and need_without <= without
+
+    largest = max(
+        (s for s in range(1, pool // len(fractions) + 1) if fits(s)), default=0
+    )
+    if largest:
+        assert (
+            _property_partition_size((with_, without), pool, fractions, None) == largest
+        )
+        assert (
+            _property_partition_size((with_, without), pool, fractions, largest)
+            == largest
+        )
+        return
+    need_with, need_without = _property_needs(1, fractions)
+    message = (
+        f"the pool cannot fill {len(fractions)} partitions of even one record: needs "
+        f"{need_with} records with the property and {need_without} without, "
+        f"available {with_} with and {without} without."
+    )
+    with pytest.raises(DataError) as caught:
+        _property_partition_size((with_, without), pool, fractions, None)
+    assert str(caught.value) == message
+
+
+def test_a_partition_size_that_does_not_fit_names_needs_and_supply():
+    from fedleak.data.partition import _property_partition_size
+
+    fractions = (0.5, 0.0, 0.25)
+    assert _property_partition_size((3, 9), 12, fractions, 1) == 1
+    assert _property_partition_size((3, 9), 12, fractions, 4) == 4  # needs (3, 9)
+    with pytest.raises(DataError) as caught:
+        _property_partition_size((2, 9), 12, fractions, 4)
+    assert str(caught.value) == (
+        "not enough records for 3 partitions of 4: needs 3 records with the "
+        "property and 9 without, available 2 with and 9 without; lower "
+        "partition_size or num_partitions, or leave partition_size unset to use "
+        "the largest size that fits."
+    )
+    with pytest.raises(
+        ConfigError, match=r"^partition_size must be an integer >= 1; got 0\.$"
+    ):
+        _property_partition_size((3, 9), 12, fractions, 0)

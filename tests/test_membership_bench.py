@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -195,9 +196,9 @@ def test_bench_defenses_home_fraction_sets_the_property_strength(
     seen: list[float] = []
     dataset = bench._dataset
 
-    def spy(quick: bool, seed: int, home_fraction: float = bench.HOME_FRACTION):
-        seen.append(home_fraction)
-        return dataset(quick, seed, home_fraction)
+    def spy(quick: bool, seed: int, stand_in: bench.StandIn):
+        seen.append(stand_in.home_fraction)
+        return dataset(quick, seed, stand_in)
 
     monkeypatch.setattr(bench, "_dataset", spy)
     monkeypatch.setattr(
@@ -208,10 +209,74 @@ def test_bench_defenses_home_fraction_sets_the_property_strength(
     assert seen == [0.35]
     assert json.loads(out.read_text())["setup"]["home_fraction"] == 0.35
     # the fraction reaches the generator: more home check-ins, other records
-    weak, _ = dataset(True, 0, 0.2)
-    strong, _ = dataset(True, 0, 0.35)
+    weak, _ = dataset(True, 0, bench.StandIn(0.2))
+    strong, _ = dataset(True, 0, bench.StandIn(0.35))
     assert weak.x_train.shape[1:] == strong.x_train.shape[1:]
     assert not np.array_equal(weak.x_train, strong.x_train)
+
+
+@pytest.mark.in_default_run  # seconds: the rows are stubbed
+def test_bench_defenses_stand_in_options_reach_the_generator_and_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedleak.bench.defenses as bench
+    import fedleak.data.checkins as checkins
+
+    seen: list[tuple[float, int]] = []
+    generate = checkins.synthetic_checkins
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["attribute_shift"], kwargs["neutral_head"]))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(checkins, "synthetic_checkins", spy)
+    monkeypatch.setattr(
+        bench, "_row", lambda table, setting, *_a, **_k: _stubbed_row(table, setting)
+    )
+    out = tmp_path / "tail.json"
+    command = ["bench", "defenses", "--quick", "--table", "vocabulary"]
+    options = ["--attribute-shift", "2.5", "--neutral-head", "40", "--epochs", "3"]
+    result = CliRunner().invoke(app, [*command, *options, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert seen == [(2.5, 40)]
+    record = json.loads(out.read_text())
+    assert record["setup"]["epochs"] == 3
+    assert (record["setup"]["attribute_shift"], record["setup"]["neutral_head"]) == (
+        2.5,
+        40,
+    )
+    # the vocabulary table's cuts, measured on the run's own data
+    cuts = bench._settings(True, record["setup"]["vocab_size"])["vocabulary"]
+    signal = record["vocabulary_signal"]
+    assert [s["top_n"] for s in signal] == cuts
+    assert signal[0]["kept_token_share"] == 1.0 > signal[-1]["kept_token_share"]
+    assert all(0.0 <= s["bag_auc"] <= 1.0 for s in signal)
+    # without the vocabulary table there is nothing to measure it for
+    bench.run_defenses_bench(tmp_path / "dropout.json", tables=("dropout",), quick=True)
+    assert "vocabulary_signal" not in json.loads(
+        (tmp_path / "dropout.json").read_text()
+    )
+
+
+@pytest.mark.in_default_run  # no simulation: the values are refused first
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"attribute_shift": 0.5}, "attribute_shift must be >= 1, got 0.5"),
+        ({"attribute_shift": math.nan}, "attribute_shift must be >= 1, got nan"),
+        ({"neutral_head": -1}, "neutral_head must be >= 0, got -1"),
+        ({"epochs": 0}, "epochs must be >= 1, got 0"),
+    ],
+)
+def test_bench_defenses_refuses_a_stand_in_out_of_range(
+    tmp_path: Path, options: dict[str, float], message: str
+) -> None:
+    from fedleak.errors import ConfigError
+
+    out = tmp_path / "defenses.json"
+    with pytest.raises(ConfigError, match=message):
+        run_defenses_bench(out, quick=True, **options)  # type: ignore[arg-type]
+    assert not out.exists()
 
 
 @pytest.mark.in_default_run  # seconds: the rows are stubbed

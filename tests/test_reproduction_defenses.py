@@ -551,3 +551,109 @@ def test_the_scale_gives_the_dp_rows_longer_training_apart():
     del record["defenses"]["setup"]["property_rounds"]
     scale = assess(_claim("000 Ch. 7.3.4"), record).scale
     assert scale.startswith("25 training rounds, ? property rounds")
+
+
+def _vocabulary_record(
+    precision: list[float], model_auc: list[float], **setup: Any
+) -> dict[str, Any]:
+    """A defenses record's vocabulary table: cuts all / 1000 / 300 / 100."""
+    rows = [
+        {
+            "table": "vocabulary",
+            "setting": n,
+            "membership_precision": p,
+            "model_auc": a,
+            "model_accuracy": 0.6 + 0.1 * k,
+            "rounds": 100,
+        }
+        for k, (n, p, a) in enumerate(
+            zip((None, 1000, 300, 100), precision, model_auc, strict=True)
+        )
+    ]
+    return {"rows": rows, "setup": {"num_train": 10, "property_rounds": 480, **setup}}
+
+
+def _signal(aucs: list[float], kept: float) -> list[dict[str, Any]]:
+    cuts = (None, 1000, 300, 100)
+    shares = (1.0, 0.9, 0.8, kept)
+    return [
+        {"top_n": n, "kept_token_share": s, "bag_auc": a}
+        for n, s, a in zip(cuts, shares, aucs, strict=True)
+    ]
+
+
+FALLING = [0.99, 0.96, 0.72, 0.51]
+
+
+CUT = "smaller vocabularies cut the attack and the model's AUC"
+
+
+@pytest.mark.parametrize(
+    ("precision", "model_auc", "verdict", "reason"),
+    [
+        (FALLING, [0.11, 0.10, 0.08, 0.06], "reproduced", CUT),  # drop 0.05
+        # a rise within 0.01 still falls
+        ([0.99, 0.96, 0.965, 0.51], [0.70, 0.68, 0.60, 0.64], "reproduced", CUT),
+        (
+            FALLING,
+            [0.70, 0.68, 0.66, 0.651],
+            "partly",
+            "attack precision falls as in the seed; model AUC drops by 0.049 only "
+            "(seed 0.64 -> 0.50, 0.91 -> 0.84)",
+        ),
+        (
+            [0.99, 0.96, 0.975, 0.51],
+            [0.70, 0.68, 0.60, 0.50],
+            "not reproduced",
+            "precision does not fall with N",
+        ),
+    ],
+)
+def test_table_7_6_verdict_needs_the_attack_and_the_model_to_fall(
+    precision: list[float], model_auc: list[float], verdict: str, reason: str
+) -> None:
+    records = {"defenses": _vocabulary_record(precision, model_auc)}
+    finding = assess(_claim("000 Table 7.6"), records)
+    assert (finding.verdict, finding.reason) == (verdict, reason)
+    assert finding.fedleak == (
+        f"precision {' / '.join(f'{p:.3f}' for p in precision)}; model AUC "
+        f"{' / '.join(f'{a:.3f}' for a in model_auc)} at top-N all / 1000 / 300 / 100"
+    )
+    assert finding.utility == "model acc 0.60-0.90 (plateau not recorded)"
+    assert (
+        finding.scale
+        == "100 training rounds, 480 property rounds, 10 records; bag of words"
+    )
+
+
+def test_table_7_6_reason_gives_the_signal_and_the_long_tail_stand_in() -> None:
+    main = _vocabulary_record(FALLING, [0.979, 0.978, 0.974, 0.961])
+    main["vocabulary_signal"] = _signal([0.988, 0.988, 0.987, 0.985], 0.622)
+    tail = _vocabulary_record(
+        [0.98, 0.9, 0.7, 0.5],
+        [0.7, 0.66, 0.58, 0.52],
+        neutral_head=300,
+        attribute_shift=2.0,
+        epochs=40,
+    )
+    tail["vocabulary_signal"] = _signal([0.716, 0.683, 0.595, 0.491], 0.571)
+    records = {"defenses": main, "defenses-neutral-head": tail}
+    finding = assess(_claim("000 Table 7.6"), records)
+    assert finding.verdict == "partly"
+    assert finding.reason == (
+        "attack precision falls as in the seed; model AUC drops by 0.018 only "
+        "(seed 0.64 -> 0.50, 0.91 -> 0.84); a logistic regression on the counts "
+        "of the kept venues alone gives AUC 0.988 / 0.988 / 0.987 / 0.985 at top-N "
+        "all / 1000 / 300 / 100, the top 100 holding 62% of the check-ins; with "
+        "the attribute's signal in the long tail only (the 300 most popular "
+        "venues favoured by nobody, preference factor 2, 40 training passes; "
+        "model acc 0.60-0.90 (plateau not recorded)): "
+        "model AUC 0.700 / 0.660 / 0.580 / 0.520, precision 0.980 / 0.900 / "
+        "0.700 / 0.500 at top-N all / 1000 / 300 / 100, a logistic regression on "
+        "the counts of the kept venues alone gives AUC 0.716 / 0.683 / 0.595 / "
+        "0.491 at top-N all / 1000 / 300 / 100, the top 100 holding 57% of the "
+        "check-ins"
+    )
+    del tail["vocabulary_signal"]
+    finding = assess(_claim("000 Table 7.6"), records)
+    assert finding.reason.endswith("0.700 / 0.500 at top-N all / 1000 / 300 / 100")

@@ -41,7 +41,11 @@ so the utility columns are those of a trained model. Each row reports
 Tables (seed figures for comparison in the JSON):
 
 ``vocabulary`` (Table 7.6)
-    top-``N`` venues; the adversary tests a record's restricted bag.
+    top-``N`` venues; the adversary tests a record's restricted bag. The
+    record's ``vocabulary_signal`` gives, per ``N``, the share of check-ins
+    kept and the AUC of a logistic regression on the kept venues' counts
+    (:mod:`fedleak.bench.vocabulary_signal`): how much of the main task the
+    restricted inputs still carry, whatever the model.
 ``share_fraction`` (Table 7.5)
     fraction of the update's coordinates the target uploads, the largest
     by magnitude over the whole update (0.3/1/3/10/50/100%: the seed's
@@ -83,7 +87,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, cast
 
@@ -112,12 +116,15 @@ from .console import fmt, say, written
 from .console import out as console
 from .options import OutOption, SeedOption
 from .record import BenchRecord, record_path
+from .vocabulary_signal import vocabulary_signal
 
 __all__ = [
     "AUX_BATCHES",
     "DP_EPOCH_FACTOR",
+    "ATTRIBUTE_SHIFT",
     "HOME_FRACTION",
     "SHARE_FRACTIONS",
+    "StandIn",
     "TABLES",
     "run_defenses_bench",
 ]
@@ -133,6 +140,13 @@ top-region AUC with the whole update shared is 0.90 here, 0.93 in the seed
 have room to act. ``--home-fraction`` changes it for one run;
 ``benchmarks/defenses-share-<fraction>.json`` hold Table 7.5 at 0.2 and
 0.35."""
+
+ATTRIBUTE_SHIFT = 3.0
+"""Preference factor of the main task's attribute (the generator's default).
+
+With ``--neutral-head 300`` the 300 most popular venues carry none of it:
+the stand-in whose signal lives in the long tail only, as the seed's
+FourSquare gender signal (``benchmarks/defenses-neutral-head.json``)."""
 
 AUX_BATCHES = 4
 """Auxiliary batches of each kind the property adversary uses per round."""
@@ -240,15 +254,52 @@ THESIS: dict[str, list[list[float]]] = {
 }
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """The synthetic check-ins' settings a run chooses (:func:`synthetic_checkins`).
+
+    Attributes
+    ----------
+    home_fraction : float
+        Share of a user's check-ins in the home area, in (0, 1]: the
+        strength of the top-region property.
+    attribute_shift : float
+        Preference factor of the main task's attribute (>= 1).
+    neutral_head : int
+        Most popular venues that carry no preference (>= 0): the attribute's
+        signal only in the long tail (Table 7.6's test of the stand-in,
+        ``benchmarks/defenses-neutral-head.json``).
+    """
+
+    home_fraction: float = HOME_FRACTION
+    attribute_shift: float = ATTRIBUTE_SHIFT
+    neutral_head: int = 0
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` naming the first setting out of range."""
+        if not 0.0 < self.home_fraction <= 1.0:
+            raise ConfigError(
+                f"home_fraction must be in (0, 1], got {self.home_fraction}"
+            )
+        if not self.attribute_shift >= 1.0:
+            raise ConfigError(
+                f"attribute_shift must be >= 1, got {self.attribute_shift}"
+            )
+        if self.neutral_head < 0:
+            raise ConfigError(f"neutral_head must be >= 0, got {self.neutral_head}")
+
+
 def _dataset(
-    quick: bool, seed: int, home_fraction: float = HOME_FRACTION
+    quick: bool, seed: int, stand_in: StandIn = StandIn()
 ) -> tuple[TextDataset, np.ndarray]:
     data, synthetic = synthetic_checkin_task(
         800 if quick else 2000,
         num_areas=5,
         test_fraction=0.3,
         seed=seed,
-        home_fraction=home_fraction,
+        home_fraction=stand_in.home_fraction,
+        attribute_shift=stand_in.attribute_shift,
+        neutral_head=stand_in.neutral_head,
     )
     users = np.asarray(checkin_users(synthetic.table, synthetic.attribute_map()))
     top_region = synthetic.home_area[users[data.train_index]] == 0
@@ -463,6 +514,9 @@ def run_defenses_bench(
     home_fraction: float = HOME_FRACTION,
     share_selection: str = "largest",
     progress: ProgressFn | None = None,
+    attribute_shift: float = ATTRIBUTE_SHIFT,
+    neutral_head: int = 0,
+    epochs: int | None = None,
 ) -> dict[str, Any]:
     """Run the defense tables and write the JSON report (and a PNG) atomically.
 
@@ -490,14 +544,24 @@ def run_defenses_bench(
         (:attr:`fedleak.defenses.ClientDefenses.share_selection`).
     progress : callable, optional
         Receives one line per row.
+    attribute_shift : float, default=ATTRIBUTE_SHIFT
+        Preference factor of the main task's attribute (>= 1).
+    neutral_head : int, default=0
+        Most popular venues that carry no preference (:class:`StandIn`).
+    epochs : int, optional
+        Training passes of the rows (default 8, quick 5; the DP rows train
+        their multiple of it): a weaker main task needs more to reach its
+        plateau.
     """
     unknown = [t for t in tables if t not in TABLES]
     if unknown:
         raise ConfigError(
             f"unknown defense tables {unknown}; choose from {list(TABLES)}"
         )
-    if not 0.0 < home_fraction <= 1.0:
-        raise ConfigError(f"home_fraction must be in (0, 1], got {home_fraction}")
+    stand_in = StandIn(home_fraction, attribute_shift, neutral_head)
+    stand_in.check()
+    if epochs is not None and epochs < 1:
+        raise ConfigError(f"epochs must be >= 1, got {epochs}")
     if share_selection not in SHARE_SELECTIONS:
         raise ConfigError(
             f"share_selection must be one of {list(SHARE_SELECTIONS)}, "
@@ -514,10 +578,11 @@ def run_defenses_bench(
             tables,
             quick,
             seed,
-            home_fraction,
+            stand_in,
             say,
             started,
             cast(ShareSelection, share_selection),
+            epochs,
         )
     finally:
         logging.getLogger().removeFilter(_quiet_accountant)
@@ -536,8 +601,9 @@ def _header(
     quick: bool,
     seed: int,
     property_rounds: int,
-    home_fraction: float,
+    stand_in: StandIn,
     share_selection: ShareSelection,
+    tables: Sequence[str],
 ) -> dict[str, Any]:
     """Return the record's entries other than its rows."""
     return {
@@ -555,7 +621,9 @@ def _header(
             "property_rounds": property_rounds,
             "update_density": _update_density(data, base, seed),
             "property_aux_batches": AUX_BATCHES,
-            "home_fraction": home_fraction,
+            "home_fraction": stand_in.home_fraction,
+            "attribute_shift": stand_in.attribute_shift,
+            "neutral_head": stand_in.neutral_head,
             "share_selection": share_selection,
             "num_train": int(data.x_train.shape[0]),
             "num_test": int(data.x_test.shape[0]),
@@ -564,6 +632,7 @@ def _header(
             "delta": base.delta,
             "source": data.source,
         },
+        **_signal_entry(data, quick, tables),
         "property_features": _FEATURE_NAMES[PROPERTY_FEATURES],
         "property_features_whole_update": _FEATURE_NAMES[WHOLE_UPDATE_FEATURES],
         "property_attack": (
@@ -572,6 +641,16 @@ def _header(
         ),
         "thesis": THESIS,
     }
+
+
+def _signal_entry(
+    data: TextDataset, quick: bool, tables: Sequence[str]
+) -> dict[str, Any]:
+    """``vocabulary_signal`` of the vocabulary table's cuts, where it runs."""
+    if "vocabulary" not in tables:
+        return {}
+    cuts = _settings(quick, data.vocab_size)["vocabulary"]
+    return {"vocabulary_signal": vocabulary_signal(data, cuts)}
 
 
 def _say_row(say: ProgressFn, row: dict[str, Any]) -> None:
@@ -593,13 +672,14 @@ def _run(
     tables: Sequence[str],
     quick: bool,
     seed: int,
-    home_fraction: float,
+    stand_in: StandIn,
     say: ProgressFn,
     started: float,
     share_selection: ShareSelection,
+    epochs: int | None,
 ) -> dict[str, Any]:
     """Measure every row; the record is rewritten after each (a crash keeps them)."""
-    data, top_region = _dataset(quick, seed, home_fraction)
+    data, top_region = _dataset(quick, seed, stand_in)
     base = MembershipSetup(
         model="text-cnn",
         embedding_dim=16 if quick else 32,
@@ -607,7 +687,7 @@ def _run(
         batch_size=10,
         # 8 passes (552 rounds): the test accuracy's plateau (0.93; after
         # the 2 passes of earlier records it was 0.82 and still rising)
-        epochs=5 if quick else 8,
+        epochs=epochs or (5 if quick else 8),
         learning_rate=0.3,
     )
     property_rounds = 30 if quick else PROPERTY_ROUNDS
@@ -619,8 +699,9 @@ def _run(
             quick=quick,
             seed=seed,
             property_rounds=property_rounds,
-            home_fraction=home_fraction,
+            stand_in=stand_in,
             share_selection=share_selection,
+            tables=tables,
         )
     )
     done: dict[MembershipSetup, dict[str, Any]] = {}
@@ -683,6 +764,29 @@ def command(
             "magnitude) or random.",
         ),
     ] = "largest",
+    attribute_shift: Annotated[
+        float,
+        typer.Option(
+            "--attribute-shift",
+            help="Preference factor of the main task's attribute (>= 1): the "
+            "strength of the model's signal.",
+        ),
+    ] = ATTRIBUTE_SHIFT,
+    neutral_head: Annotated[
+        int,
+        typer.Option(
+            "--neutral-head",
+            help="Most popular venues that carry no preference (>= 0): the "
+            "attribute's signal in the long tail only.",
+        ),
+    ] = 0,
+    epochs: Annotated[
+        int | None,
+        typer.Option(
+            "--epochs",
+            help="Training passes of each row (default 8, quick 5).",
+        ),
+    ] = None,
 ) -> None:
     """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
 
@@ -697,6 +801,9 @@ def command(
         home_fraction=home_fraction,
         share_selection=share_selection,
         progress=say,
+        attribute_shift=attribute_shift,
+        neutral_head=neutral_head,
+        epochs=epochs,
     )
     table = Table(
         "defense",

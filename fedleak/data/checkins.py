@@ -391,18 +391,21 @@ def _draw_venues(
 
 
 def _preference_weights(
-    venues: _Venues, num_categories: int, attribute_shift: float
+    venues: _Venues, num_categories: int, attribute_shift: float, neutral_head: int = 0
 ) -> dict[int, np.ndarray]:
     """Return attribute -> venue weights (step 3 of :func:`synthetic_checkins`).
 
     Categories below ``num_categories // 2`` are favoured by attribute 1, the
     others by attribute 0; a favoured venue's popularity is multiplied by
-    ``attribute_shift``.
+    ``attribute_shift``, except for the ``neutral_head`` most popular venues,
+    which both attribute values weigh alike.
     """
     favoured_by_one = venues.category < num_categories // 2
+    head = np.zeros(venues.popularity.shape[0], dtype=bool)
+    head[np.argsort(-venues.popularity, kind="stable")[:neutral_head]] = True
     return {
         b: venues.popularity
-        * np.where(favoured_by_one == bool(b), attribute_shift, 1.0)
+        * np.where((favoured_by_one == bool(b)) & ~head, attribute_shift, 1.0)
         for b in (0, 1)
     }
 
@@ -464,6 +467,7 @@ def synthetic_checkins(
     home_fraction: float = 0.7,
     attribute_fraction: float = 0.5,
     attribute_shift: float = 3.0,
+    neutral_head: int = 0,
     seed: int | np.random.Generator = 0,
 ) -> SyntheticCheckins:
     """Generate FourSquare-like check-ins with a venue-preference attribute.
@@ -483,7 +487,9 @@ def synthetic_checkins(
     3. **Preferences.** Categories ``c < num_categories / 2`` are favoured by
        users with ``b_u = 1``, the others by users with ``b_u = 0``: a
        favoured venue's weight is multiplied by ``attribute_shift``. This is
-       the signal the collaborative (gender-like) classifier learns.
+       the signal the collaborative (gender-like) classifier learns; the
+       ``neutral_head`` most popular venues are favoured by nobody (the
+       signal then in the long tail only, as in seed 000 Table 7.6's data).
     4. **Check-ins.** Each check-in is, with probability ``home_fraction``,
        drawn among the venues of ``h_u``, otherwise among all venues, with
        probability proportional to ``w_v`` times the preference factor.
@@ -509,6 +515,8 @@ def synthetic_checkins(
         Fraction of users with attribute 1.
     attribute_shift : float, default=3.0
         Preference factor for favoured categories (1 = no signal).
+    neutral_head : int, default=0
+        Most popular venues that carry no preference (at most ``num_venues``).
     seed : int or numpy.random.Generator, default=0
         Seed; the same seed gives the same check-ins.
     """
@@ -522,9 +530,12 @@ def synthetic_checkins(
     check_positive("zipf_exponent", zipf_exponent)
     check_real("mean_checkins", mean_checkins, Interval(min_checkins, None))
     check_real("attribute_shift", attribute_shift, Interval(1, None))
+    neutral_head = check_int("neutral_head", neutral_head, low=0, high=num_venues)
     rng = np.random.default_rng(seed)
     venues = _draw_venues(rng, num_venues, num_areas, num_categories, zipf_exponent)
-    weight_of = _preference_weights(venues, num_categories, attribute_shift)
+    weight_of = _preference_weights(
+        venues, num_categories, attribute_shift, neutral_head
+    )
     venues_in = [np.flatnonzero(venues.area == a) for a in range(num_areas)]
     home = rng.integers(0, num_areas, num_users)
     attribute = (rng.random(num_users) < attribute_fraction).astype(np.int64)
@@ -554,13 +565,16 @@ def synthetic_checkin_task(
     seed: int,
     home_fraction: float = 0.7,
     mean_checkins: float = 20.0,
+    attribute_shift: float = 3.0,
+    neutral_head: int = 0,
 ) -> tuple[TextDataset, SyntheticCheckins]:
     """Return the benchmarks' check-in task and the check-ins it encodes.
 
     :func:`synthetic_checkins` with ``size`` users and
     venues in ``num_areas`` home areas (Zipf exponent 1, ``mean_checkins``
     check-ins per user on average, at least 10, a share ``home_fraction`` of
-    them in the home area),
+    them in the home area, the attribute favouring venues by
+    ``attribute_shift`` outside the ``neutral_head`` most popular ones),
     encoded by :func:`checkin_dataset` as records of
     60 venues among the top 30,000, labelled with the user attribute, a
     share ``test_fraction`` of the users held out. ``seed`` drives both.
@@ -572,6 +586,8 @@ def synthetic_checkin_task(
         zipf_exponent=1.0,
         mean_checkins=mean_checkins,
         home_fraction=home_fraction,
+        attribute_shift=attribute_shift,
+        neutral_head=neutral_head,
         seed=seed,
     )
     data = checkin_dataset(
