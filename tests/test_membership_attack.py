@@ -616,3 +616,69 @@ def test_every_row_is_a_candidate_up_to_128_touched_rows(rank: int) -> None:
     tol = np.zeros((rows, 2))
     tol[:, 0] = relative * np.abs(delta[:, 0])
     assert contribution_scale(delta, own, row_tolerance=tol) == 0.5
+
+
+def test_an_imprecise_candidate_does_not_win_the_consensus() -> None:
+    """A trained model's round at a large batch, in miniature. 30 rows only the
+    adversary touched agree on the step -0.3; 40 rows the other participant
+    moved too scatter; one row barely moved (own update 1e-9), so its
+    coefficient (-0.15) is nearly unknown and its candidate, with its width
+    added to every row's tolerance, explains all 71 rows. Counting alone
+    picked it and the refined fit then explained no row; the deepest overlap
+    of the rows' intervals finds the step."""
+    rng = np.random.default_rng(7)
+    own = rng.normal(0, 1e-2, (71, 4))
+    delta = -0.3 * own
+    delta[30:70] += -0.3 * rng.normal(0, 1e-2, (40, 4))  # the other's rows
+    own[70] = 1e-9
+    delta[70] = -0.15 * own[70]
+    tol = np.full(own.shape, 1e-9)
+    delta[:30] += rng.uniform(-0.5e-9, 0.5e-9, (30, 4))  # rounding, within tol
+    scale = contribution_scale(delta, own, row_tolerance=tol)
+    assert scale == pytest.approx(-0.3, rel=1e-6)
+    # the 30 rows (and only they) are explained: the bag holds the 40 others
+    residual = np.abs(delta - scale * own) <= tol
+    assert residual[:30].all() and not residual[30:70].all(axis=1).any()
+
+
+def test_the_deepest_overlap_is_the_first_segment_most_intervals_cover() -> None:
+    from fedleak.attacks.membership.embedding import _deepest_overlap
+
+    lo = np.array([0.0, 1.0, 2.0, 5.0, 5.5])
+    hi = np.array([3.0, 4.0, 2.5, 6.0, 7.0])
+    assert _deepest_overlap(lo, hi) == (2.25, 0.25)  # [2, 2.5] in all three
+    # closed intervals: touching ends overlap; the first deepest segment wins
+    assert _deepest_overlap(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == (1.0, 0.0)
+    assert _deepest_overlap(np.array([4.0, 0.0]), np.array([5.0, 1.0])) == (0.5, 0.5)
+    # a deeper cluster after a shallow one: each end lowers the depth by one
+    lo, hi = np.array([0.0, 2.0, 2.5]), np.array([1.0, 3.0, 3.5])
+    assert _deepest_overlap(lo, hi) == (2.75, 0.25)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 60, 126])
+def test_the_consensus_wins_where_the_intervals_mislead(rank: int) -> None:
+    """126 rows whose coefficient intervals all cover 3.0, each also moved in
+    a parameter the adversary left alone: the deepest overlap is 3.0, which
+    explains no row. Two rows agree on 0.5; every one of the 128 rows is a
+    candidate of the consensus, so the pair is found at any precision rank."""
+    rows = 128
+    own = np.zeros((rows, 2))
+    own[:, 0] = 1.0
+    delta = np.zeros((rows, 2))
+    delta[:, 0] = 3.0
+    delta[:, 1] = 1.0
+    pair = [rank, rank + 1]
+    delta[pair] = [0.5, 0.0]
+    tol = np.zeros((rows, 2))
+    tol[:, 0] = 1e-6 * (1.0 + np.arange(rows)) * np.abs(delta[:, 0])
+    assert contribution_scale(delta, own, row_tolerance=tol) == 0.5
+
+
+def test_a_row_with_a_vanishing_coefficient_raises_no_overflow_warning() -> None:
+    """Its relative width overflows to infinity (sorted last, as meant), silently."""
+    own = np.array([[1.0], [1e-9]])
+    delta = np.array([[0.5], [0.0]])
+    tol = np.array([[1e-12], [1.0]])  # width 1e9, over 1e-300: overflows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert contribution_scale(delta, own, row_tolerance=tol) == 0.5

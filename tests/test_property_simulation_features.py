@@ -120,9 +120,9 @@ def test_both_classifiers_score_the_same_rounds():
     from fedleak.attacks.membership.simulation import MembershipSetup
     from fedleak.attacks.property.simulation import simulate_property_attacks
 
-    from fedleak.bench.defenses import _dataset
+    from fedleak.bench.defenses import StandIn, _dataset
 
-    data, top = _dataset(True, 0, 0.2)
+    data, top = _dataset(True, 0, StandIn(0.2))
     setup = MembershipSetup(
         model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=10, epochs=1
     )
@@ -141,9 +141,9 @@ def test_after_round_sees_every_round_and_changes_nothing():
     from fedleak.attacks.membership.simulation import MembershipSetup
     from fedleak.attacks.property.simulation import simulate_property_attacks
 
-    from fedleak.bench.defenses import _dataset
+    from fedleak.bench.defenses import StandIn, _dataset
 
-    data, top = _dataset(True, 0, 0.2)
+    data, top = _dataset(True, 0, StandIn(0.2))
     setup = MembershipSetup(
         model="text-cnn", embedding_dim=8, cnn_hidden=None, batch_size=10, epochs=1
     )

@@ -1835,6 +1835,42 @@ def test_table_7_2_at_3000_iterations_gives_the_gain_of_denser_users():
     assert finding.reason == "recall 1; precision off by 0.380 (at checkins B=200)"
 
 
+def test_table_7_2_at_3000_iterations_takes_the_refit_rows_in_place_of_older():
+    record = _full(0.75, 0.92)
+    main = record["membership-3000"]["rows"][1]
+    refit = {**main, "precision": 0.97}
+    added = {**main, "batch_size": 400, "precision": 0.6}
+    record["membership-3000-refit"] = {"rows": [refit, added]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak == (
+        "checkins B=100: precision 0.970 (seed 0.99), recall 1.000"
+    )
+    assert (finding.verdict, finding.reason) == (
+        "reproduced",
+        "precision within 0.020 of the seed at its scale, recall 1; rerun with "
+        "the fixed scale fit: checkins B=100 (before 0.750); checkins B=150 "
+        "predate the fix",
+    )
+    assert finding.scale == "3000/3000 it. = 1.00; checkins batch 150, 100, 400"
+    record["membership-3000-refit"]["rows"].append({**main, "batch_size": 150})
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason.endswith(
+        "; rerun with the fixed scale fit: checkins B=100 (before 0.750), "
+        "checkins B=150 (before 0.750)"
+    )
+    # a refit record of batch sizes the others lack replaces nothing
+    record["membership-3000-refit"] = {"rows": [added]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason == (
+        "recall 1; precision off by 0.240 (at checkins B=100); rerun with the "
+        "fixed scale fit: checkins B=400; checkins B=150, checkins B=100 predate "
+        "the fix"
+    )
+    record["membership-3000-refit"] = {"rows": []}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason == "recall 1; precision off by 0.240 (at checkins B=100)"
+
+
 def test_utility_span_collapses_when_both_ends_print_alike():
     record = _full(0.975, 0.923)
     second = {**record["membership-3000"]["rows"][1], "model_accuracy": 0.922}

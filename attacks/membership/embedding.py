@@ -183,7 +183,20 @@ _CANDIDATES = 128
 def _fit_scale(
     d: np.ndarray, u: np.ndarray, tolerance: ArrayLike | None
 ) -> tuple[float, float]:
-    """Return ``c`` and a bound on its error (0 without ``tolerance``)."""
+    """Return ``c`` and a bound on its error (0 without ``tolerance``).
+
+    With ``tolerance`` two searches run (:func:`contribution_scale`): the
+    consensus of up to 128 candidate coefficients, and the deepest overlap
+    of the rows' coefficient intervals (:func:`_deepest_overlap`); each is
+    refined, and the one whose scale explains more rows within the rows'
+    own rounding wins (the consensus on a tie). The consensus alone can be
+    won by an imprecise candidate: its width, added to every row's
+    tolerance, explains rows of any scale. In a 3,000-round two-party run at
+    batch 500 this happened in about one round in six after round 240 (the
+    trained model's own-only rows hold small updates): the refined scale
+    then explained no row and the whole of the adversary's bag (about 1,500
+    words) was read as the target's.
+    """
     norms = np.einsum("ij,ij->i", u, u)
     touched = np.flatnonzero(norms > 0)
     if touched.size == 0:
@@ -207,6 +220,19 @@ def _fit_scale(
         out: np.ndarray = (np.abs(dt - c * ut) <= tol + slack * abs_u).all(axis=1)
         return out
 
+    def refined(scale: float, slack: float) -> tuple[float, float]:
+        for _ in range(2):
+            inliers = explained(scale, slack)
+            if not inliers.any():
+                break
+            weight = float(nt[inliers].sum())
+            scale = float(products[inliers].sum() / weight)
+            # six standard errors of the pooled fit (rounding uniform within
+            # +-tol/2: variance tol^2 / 12 per parameter)
+            variance = (np.square(tol[inliers] * ut[inliers]) / 12.0).sum()
+            slack = 6.0 * float(np.sqrt(variance)) / weight
+        return scale, slack
+
     # candidates evenly spread over the rows sorted by precision (a row whose
     # coefficient is ~0 has infinite relative width: sorted last, as meant)
     with np.errstate(over="ignore"):
@@ -216,18 +242,27 @@ def _fit_scale(
     picks = order[spread_at.astype(np.int64)]
     counts = [int(explained(coefficients[k], widths[k]).sum()) for k in picks]
     best = int(picks[int(np.argmax(counts))])
-    scale, slack = float(coefficients[best]), float(widths[best])
-    for _ in range(2):
-        inliers = explained(scale, slack)
-        if not inliers.any():
-            break
-        weight = float(nt[inliers].sum())
-        scale = float(products[inliers].sum() / weight)
-        # six standard errors of the pooled fit (rounding uniform within
-        # +-tol/2: variance tol^2 / 12 per parameter)
-        variance = (np.square(tol[inliers] * ut[inliers]) / 12.0).sum()
-        slack = 6.0 * float(np.sqrt(variance)) / weight
-    return scale, slack
+    consensus = refined(float(coefficients[best]), float(widths[best]))
+    deepest = refined(*_deepest_overlap(coefficients - widths, coefficients + widths))
+    if explained(deepest[0], 0.0).sum() > explained(consensus[0], 0.0).sum():
+        return deepest
+    return consensus
+
+
+def _deepest_overlap(lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
+    """Return the centre and half-length of the first segment most intervals cover.
+
+    ``[lo_i, hi_i]`` are closed intervals (``lo <= hi``); a sweep over their
+    ends, starts before ends at equal points. Written by hand: a few lines
+    of numpy, where a geometry library would be a dependency for one call.
+    """
+    points = np.concatenate([lo, hi])
+    ends = np.concatenate([np.zeros(lo.size), np.ones(hi.size)])
+    order = np.lexsort((ends, points))
+    depth = np.cumsum(np.where(ends[order] == 0, 1, -1))
+    k = int(np.argmax(depth))  # a start: depth only grows at starts
+    start, end = float(points[order[k]]), float(points[order[k + 1]])
+    return (start + end) / 2.0, (end - start) / 2.0
 
 
 def record_bag(ids: ArrayLike, *, ignore: Iterable[int] = (0,)) -> np.ndarray:
