@@ -1028,8 +1028,11 @@ def _scale_per_dataset(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{'/'.join(map(str, its))}/3000 it. = {its[0] / 3000:.2f}; {batches}"
 
 
-def _defense_rows(records: Records, table: str) -> list[Mapping[str, Any]]:
-    rows = [r for r in records["defenses"]["rows"] if r["table"] == table]
+def _defense_rows(
+    records: Records, table: str, stem: str = "defenses"
+) -> list[Mapping[str, Any]]:
+    """Return the ``table`` rows of the ``stem`` record, by setting (None last)."""
+    rows = [r for r in records[stem]["rows"] if r["table"] == table]
     return sorted(
         rows, key=lambda r: math.inf if r["setting"] is None else r["setting"]
     )
@@ -1420,10 +1423,7 @@ def _neutral_head(records: Records) -> str:
     rec = records.get(NEUTRAL_HEAD)
     if rec is None:
         return ""
-    rows = sorted(
-        (r for r in rec["rows"] if r["table"] == "vocabulary"),
-        key=lambda r: math.inf if r["setting"] is None else r["setting"],
-    )[::-1]
+    rows = _defense_rows(records, "vocabulary", NEUTRAL_HEAD)[::-1]
     setup = rec["setup"]
     cuts = " / ".join(_cut_label(r["setting"]) for r in rows)
     return (
