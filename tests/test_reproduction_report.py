@@ -1852,13 +1852,17 @@ def test_table_7_2_at_3000_iterations_takes_the_refit_rows_in_place_of_older():
         "predate the fix",
     )
     assert finding.scale == "3000/3000 it. = 1.00; checkins batch 150, 100, 400"
-    record["membership-3000-refit"]["rows"].append({**main, "batch_size": 150})
+    # every membership-3000-refit-* record too (not a stem that merely starts alike)
+    record["membership-3000-refit-150"] = {"rows": [{**main, "batch_size": 150}]}
+    record["membership-3000-refitted"] = {"rows": [{**main, "batch_size": 999}]}
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
     assert finding.reason.endswith(
         "; rerun with the fixed scale fit: checkins B=100 (before 0.750), "
         "checkins B=150 (before 0.750)"
     )
+    assert "999" not in finding.scale + finding.fedleak
     # a refit record of batch sizes the others lack replaces nothing
+    del record["membership-3000-refit-150"]
     record["membership-3000-refit"] = {"rows": [added]}
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
     assert finding.reason == (
@@ -1866,9 +1870,10 @@ def test_table_7_2_at_3000_iterations_takes_the_refit_rows_in_place_of_older():
         "fixed scale fit: checkins B=400; checkins B=150, checkins B=100 predate "
         "the fix"
     )
-    record["membership-3000-refit"] = {"rows": []}
-    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
-    assert finding.reason == "recall 1; precision off by 0.240 (at checkins B=100)"
+    for empty in ({"rows": []}, {}):  # no rows: nothing replaced or named
+        record["membership-3000-refit"] = empty
+        finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+        assert finding.reason == "recall 1; precision off by 0.240 (at checkins B=100)"
 
 
 def test_utility_span_collapses_when_both_ends_print_alike():

@@ -867,8 +867,9 @@ DENSE_3000_RECORD = "membership-3000-dense"
 REFIT_3000_RECORD = "membership-3000-refit"
 """Table 7.2 batch sizes rerun at 3,000 iterations after the adversary's scale
 fit was fixed (an imprecise candidate could win its consensus, and the whole
-of the adversary's bag was then read as the target's): its rows replace the
-other records' rows of the same dataset and batch size."""
+of the adversary's bag was then read as the target's): its rows, and those of
+every ``membership-3000-refit-*`` record, replace the other records' rows of
+the same dataset and batch size."""
 
 
 def _refit(
@@ -879,9 +880,15 @@ def _refit(
     Returns the rows and a sentence naming what was replaced (with the
     precision before) and what predates the fix.
     """
+    stems = [
+        stem
+        for stem in sorted(records)
+        if stem == REFIT_3000_RECORD or stem.startswith(f"{REFIT_3000_RECORD}-")
+    ]
     refit = {
         (r["dataset"], r["batch_size"]): r
-        for r in records.get(REFIT_3000_RECORD, {}).get("rows", [])
+        for stem in stems
+        for r in records[stem].get("rows", [])
     }
     if not refit:
         return rows, ""
