@@ -770,6 +770,11 @@ TABLE_7_2_COLUMNS: Final = (("checkins", "foursquare"), ("fortunes", "yelp-healt
 """fedleak's dataset for each column of the seed's Table 7.2."""
 
 
+def _batch_key(row: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Return a membership row's dataset and batch size (its key across records)."""
+    return row["dataset"], row["batch_size"]
+
+
 def _table_7_2_rows(records: Records) -> tuple[list[Mapping[str, Any]], bool]:
     """Return Table 7.2's runs: the 3,000-iteration ones where they cover it.
 
@@ -782,14 +787,14 @@ def _table_7_2_rows(records: Records) -> tuple[list[Mapping[str, Any]], bool]:
     full = list(records.get("membership-3000", {}).get("rows", [])) + list(
         records.get(FORTUNES_3000_RECORD, {}).get("rows", [])
     )
-    have = {(r["dataset"], r["batch_size"]) for r in full}
+    have = {_batch_key(r) for r in full}
     wanted = {
         (dataset, batch)
         for dataset, name in TABLE_7_2_COLUMNS
         for batch, _ in seed[name]
     }
     if wanted and wanted <= have:
-        return sorted(full, key=lambda r: (r["dataset"], r["batch_size"])), True
+        return sorted(full, key=_batch_key), True
     return list(records["membership"]["rows"]), False
 
 
@@ -797,7 +802,7 @@ def _table_7_2(records: Records) -> Finding:
     rec = records["membership"]
     seed = rec["thesis_table_7_2"]
     rows_used, full = _table_7_2_rows(records)
-    rows = {(r["dataset"], r["batch_size"]): r for r in rows_used}
+    rows = {_batch_key(r): r for r in rows_used}
     gaps: list[float] = []
     parts: list[str] = []
     columns: list[list[float]] = []
@@ -885,14 +890,10 @@ def _refit(
         for stem in sorted(records)
         if stem == REFIT_3000_RECORD or stem.startswith(f"{REFIT_3000_RECORD}-")
     ]
-    refit = {
-        (r["dataset"], r["batch_size"]): r
-        for stem in stems
-        for r in records[stem].get("rows", [])
-    }
+    refit = {_batch_key(r): r for stem in stems for r in records[stem].get("rows", [])}
     if not refit:
         return rows, ""
-    before = {(r["dataset"], r["batch_size"]): r for r in rows}
+    before = {_batch_key(r): r for r in rows}
     merged = [refit.get(key, r) for key, r in before.items()]
     merged += [r for key, r in refit.items() if key not in before]
     replaced = [
@@ -922,7 +923,7 @@ def _table_7_2_full(records: Records) -> Finding:
     )
     parts, gaps, where = [], [], []
     for row in rows:
-        expected = seed.get((row["dataset"], row["batch_size"]))
+        expected = seed.get(_batch_key(row))
         if expected is None:
             continue
         gaps.append(abs(float(row["precision"]) - expected))
@@ -973,11 +974,11 @@ def _density_gain(records: Records, rows: Sequence[Mapping[str, Any]]) -> str:
     batch's bag covers less often.
     """
     other = records.get(DENSE_3000_RECORD, {})
-    mine = {(r["dataset"], r["batch_size"]): float(r["precision"]) for r in rows}
+    mine = {_batch_key(r): float(r["precision"]) for r in rows}
     gains = [
         (int(r["batch_size"]), float(r["precision"]) - mine[key])
         for r in other.get("rows", [])
-        if (key := (r["dataset"], r["batch_size"])) in mine
+        if (key := _batch_key(r)) in mine
     ]
     if not gains:
         return ""
@@ -998,10 +999,10 @@ def _beside_in_process(
     ``twin`` names what the main rows are against the other run (``in-process``
     beside the Flower runs).
     """
-    mine = {(r["dataset"], r["batch_size"]): r for r in rows}
+    mine = {_batch_key(r): r for r in rows}
     parts = []
     for row in other:
-        match = mine.get((row["dataset"], row["batch_size"]))
+        match = mine.get(_batch_key(row))
         beside = f" ({twin} {_f(float(match['precision']))})" if match else ""
         parts.append(
             f"{row['dataset']} B={row['batch_size']}: precision "
@@ -1366,7 +1367,7 @@ def _table_7_6(records: Records) -> Finding:
     rows = rows[::-1]  # the full vocabulary (setting None) first, then falling N
     precision = [float(r["membership_precision"]) for r in rows]
     model_auc = [float(r["model_auc"]) for r in rows]
-    settings = ["all" if r["setting"] is None else str(r["setting"]) for r in rows]
+    settings = [_cut_label(r["setting"]) for r in rows]
     attack_falls = monotone(precision, increasing=False, tol=0.01)
     utility_drop = model_auc[0] - model_auc[-1]
     if attack_falls and utility_drop >= 0.05:
