@@ -41,6 +41,9 @@ def test_bench_membership_quick_writes_table_7_2(tmp_path: Path) -> None:
     assert [r["batch_size"] for r in rows] == [20, 160]
     assert all(r["recall"] == 1.0 for r in rows)
     assert rows[0]["precision"] > rows[1]["precision"]
+    # the lowest precision its split allows, below every batch size's
+    floor = report["setups"]["checkins"]["precision_floor"]
+    assert 0.5 < floor <= rows[1]["precision"]
     assert report["recall_always_one"] is True
     assert (tmp_path / "membership-precision.png").is_file()
     assert "written:" in result.output
@@ -223,6 +226,7 @@ def test_bench_defenses_stand_in_options_reach_the_generator_and_the_record(
     import fedleak.data.checkins as checkins
 
     seen: list[tuple[float, int]] = []
+    rounds: list[int] = []
     generate = checkins.synthetic_checkins
 
     def spy(*args, **kwargs):
@@ -230,17 +234,23 @@ def test_bench_defenses_stand_in_options_reach_the_generator_and_the_record(
         return generate(*args, **kwargs)
 
     monkeypatch.setattr(checkins, "synthetic_checkins", spy)
-    monkeypatch.setattr(
-        bench, "_row", lambda table, setting, *_a, **_k: _stubbed_row(table, setting)
-    )
+
+    def row(table, setting, *_a, **kwargs):
+        rounds.append(kwargs["property_rounds"])
+        return _stubbed_row(table, setting)
+
+    monkeypatch.setattr(bench, "_row", row)
     out = tmp_path / "tail.json"
     command = ["bench", "defenses", "--quick", "--table", "vocabulary"]
     options = ["--attribute-shift", "2.5", "--neutral-head", "40", "--epochs", "3"]
+    options += ["--property-rounds", "64"]
     result = CliRunner().invoke(app, [*command, *options, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert seen == [(2.5, 40)]
+    assert rounds and set(rounds) == {64}
     record = json.loads(out.read_text())
     assert record["setup"]["epochs"] == 3
+    assert record["setup"]["property_rounds"] == 64
     assert (record["setup"]["attribute_shift"], record["setup"]["neutral_head"]) == (
         2.5,
         40,
@@ -266,6 +276,7 @@ def test_bench_defenses_stand_in_options_reach_the_generator_and_the_record(
         ({"attribute_shift": math.nan}, "attribute_shift must be >= 1, got nan"),
         ({"neutral_head": -1}, "neutral_head must be >= 0, got -1"),
         ({"epochs": 0}, "epochs must be >= 1, got 0"),
+        ({"property_rounds": 1}, "property_rounds must be >= 2, got 1"),
     ],
 )
 def test_bench_defenses_refuses_a_stand_in_out_of_range(
@@ -392,6 +403,8 @@ def test_bench_membership_through_flower_scores_the_adversary_client(
         engine="flower",
     )
     assert report["engine"] == "flower" and report["complete"] is True
+    # the federation splits the data its own way: no in-process floor
+    assert "precision_floor" not in report["setups"]["checkins"]
     (row,) = report["rows"]
     assert row["engine"] == "flower" and row["dataset"] == "checkins"
     # 6 rounds: the adversary reads the change of rounds 1-5

@@ -11,11 +11,12 @@ import torch
 from fedleak.attacks.membership.simulation import (
     MembershipSetup,
     _BatchWalker,
+    precision_floor,
     simulate_membership,
 )
 
 from fedleak.data.checkins import checkin_dataset, synthetic_checkins
-from fedleak.data.text import TextDataset
+from fedleak.data.text import TextDataset, Vocabulary
 from fedleak.errors import ConfigError
 
 torch.set_num_threads(1)
@@ -141,3 +142,49 @@ def test_the_run_records_its_test_accuracy_curve_without_changing_the_run(
     assert plain.accuracy_curve["plateau"] is None
     assert plain.accuracy == outcome.accuracy
     assert plain.scores.as_dict() == outcome.scores.as_dict()
+
+
+def test_precision_floor_flags_the_non_members_whose_words_the_target_holds() -> None:
+    """Every training record holds words 2-4, so the target holds them whatever
+    the split; two of the four non-members use only those words."""
+    words = tuple(f"w{i}" for i in range(6))  # ids 2..7
+    x_train = np.tile(np.array([[2, 3, 4, 0]]), (8, 1))
+    x_test = np.array([[2, 3, 0, 0], [2, 5, 0, 0], [4, 0, 0, 0], [7, 2, 0, 0]])
+    data = TextDataset(
+        x_train=x_train,
+        y_train=np.zeros(8, np.int64),
+        x_test=x_test,
+        y_test=np.zeros(4, np.int64),
+        vocabulary=Vocabulary(words),
+        categories=("a", "b"),
+        source="test",
+    )
+    # 4 members (half of the 8) against 4 non-members, 2 of them coverable
+    assert precision_floor(data, _setup(), seed=0) == pytest.approx(4 / 6)
+    # fewer records scored: 2 members against 2 of the non-members
+    assert precision_floor(data, _setup(), seed=0, max_eval_records=2) in (
+        1,
+        2 / 3,
+        0.5,
+    )
+
+
+def test_large_batches_approach_the_precision_floor(
+    small_checkins: TextDataset,
+) -> None:
+    """A bag of the target's whole data flags what no smaller bag can miss;
+    a full batch (the target holds 379 records here) reads that bag."""
+    floor = precision_floor(small_checkins, _setup(), seed=0)
+    assert 0.5 < floor < 0.6
+    small = simulate_membership(small_checkins, _setup(batch_size=80), seed=0)
+    assert small.scores.precision > floor + 0.05
+    full = _setup(batch_size=379, epochs=3)
+    assert simulate_membership(small_checkins, full, seed=0).scores.precision == (
+        pytest.approx(floor, abs=0.01)
+    )
+    # the same draw of scored records as the simulation's
+    scored = simulate_membership(small_checkins, full, seed=0, max_eval_records=50)
+    assert scored.scores.precision == pytest.approx(
+        precision_floor(small_checkins, _setup(), seed=0, max_eval_records=50),
+        abs=0.01,
+    )

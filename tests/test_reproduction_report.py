@@ -1363,6 +1363,12 @@ def test_table_7_2_is_judged_on_the_seed_scale_runs_once_they_cover_it():
     )
     assert finding.verdict == "reproduced"
     assert "(plateau)" in finding.utility
+    # rows rerun after the scale-fit fix stand in for the older ones here too
+    fixed = {**full["membership-3000"]["rows"][3], "precision": 0.84}  # B=500
+    refit = {**full, "membership-3000-refit-500": {"rows": [fixed]}}
+    assert assess(_claim("000 Table 7.2"), refit).fedleak.startswith(
+        "checkins 0.950 / 0.930 / 0.840 / 0.750"
+    )
     # their fall is judged on them (up to 0.02 back up still falls) ...
     full["membership-3000"]["rows"][0]["precision"] = 0.97  # B=2000 above B=1000
     finding = assess(_claim("000 Table 7.2"), full)
@@ -1874,6 +1880,13 @@ def test_table_7_2_at_3000_iterations_takes_the_refit_rows_in_place_of_older():
         record["membership-3000-refit"] = empty
         finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
         assert finding.reason == "recall 1; precision off by 0.240 (at checkins B=100)"
+    # the replaced rows are named in batch order, whatever the records' order
+    early = {**main, "batch_size": 150, "precision": 0.9}
+    record["membership-3000-refit"] = {"rows": [early, refit]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason.endswith(
+        "fixed scale fit: checkins B=100 (before 0.750), checkins B=150 (before 0.750)"
+    )
 
 
 def test_utility_span_collapses_when_both_ends_print_alike():

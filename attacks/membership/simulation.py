@@ -56,6 +56,7 @@ __all__ = [
     "SimulationOutcome",
     "inputs_and_model",
     "model_auc",
+    "precision_floor",
     "server_step",
     "simulate_membership",
 ]
@@ -288,6 +289,53 @@ class _Parties:
     adversary: _BatchWalker
 
 
+def _evaluation_records(
+    x_all: torch.Tensor,
+    x_test: torch.Tensor,
+    target_idx: np.ndarray,
+    seed: int,
+    max_eval_records: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw the members and as many non-members the attack is scored on."""
+    n_eval = min(target_idx.size, x_test.shape[0])
+    if max_eval_records is not None:
+        n_eval = min(n_eval, max_eval_records)
+    pick = np.random.default_rng([seed, 0xE7A1])
+    members = x_all[np.sort(pick.choice(target_idx, n_eval, replace=False))]
+    others = x_test[np.sort(pick.choice(x_test.shape[0], n_eval, replace=False))]
+    return members.numpy(), others.numpy()
+
+
+def precision_floor(
+    data: TextDataset,
+    setup: MembershipSetup,
+    *,
+    seed: int = 0,
+    max_eval_records: int | None = None,
+) -> float:
+    """Return the lowest precision the attack can score on this split.
+
+    Every bag the adversary reads is a subset of the words of the target's
+    own records, so a non-member is flagged at most when all its words occur
+    somewhere in the target's data (seed 000, Ch. 7.2.2's rule ``V_r subset
+    of V_t`` with ``V_t`` the union of all the target's batches). This is
+    the attack's precision with that one bag, on the members and
+    non-members :func:`simulate_membership` scores with the same ``seed``
+    (recall is 1 there). Large batches approach it: their bags come nearest
+    to the union.
+    """
+    split, walk_t, walk_a, _, _ = np.random.SeedSequence([seed, 0x3E3B]).spawn(5)
+    parties = _split_parties(data.x_train.shape[0], 1, split, walk_t, walk_a)
+    x_all = setup.defenses.inputs(torch.from_numpy(data.x_train))
+    x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
+    members, others = _evaluation_records(
+        x_all, x_test, parties.target_idx, seed, max_eval_records
+    )
+    attack = EmbeddingMembership(data.vocab_size)
+    attack.observe_bag(np.unique(x_all[parties.target_idx].numpy()))
+    return float(attack.evaluate(members, others).precision)
+
+
 def _split_parties(
     num_records: int,
     batch_size: int,
@@ -464,17 +512,14 @@ def simulate_membership(
     )
     set_arrays(model, params)
     result = evaluate(model, x_test, y_test)
-    n_eval = min(parties.target_idx.size, x_test.shape[0])
-    if max_eval_records is not None:
-        n_eval = min(n_eval, max_eval_records)
-    pick = np.random.default_rng([seed, 0xE7A1])
-    members = x_all[np.sort(pick.choice(parties.target_idx, n_eval, replace=False))]
-    others = x_test[np.sort(pick.choice(x_test.shape[0], n_eval, replace=False))]
+    members, others = _evaluation_records(
+        x_all, x_test, parties.target_idx, seed, max_eval_records
+    )
     record_eps, participant_eps = _epsilons(
         setup, parties.target.size, parties.target_idx.size, rounds
     )
     return SimulationOutcome(
-        scores=attack.evaluate(members.numpy(), others.numpy()),
+        scores=attack.evaluate(members, others),
         accuracy=result.accuracy,
         auc=model_auc(model, x_test, y_test),
         rounds=rounds,

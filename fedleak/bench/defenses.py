@@ -517,6 +517,7 @@ def run_defenses_bench(
     attribute_shift: float = ATTRIBUTE_SHIFT,
     neutral_head: int = 0,
     epochs: int | None = None,
+    property_rounds: int | None = None,
 ) -> dict[str, Any]:
     """Run the defense tables and write the JSON report (and a PNG) atomically.
 
@@ -552,6 +553,11 @@ def run_defenses_bench(
         Training passes of the rows (default 8, quick 5; the DP rows train
         their multiple of it): a weaker main task needs more to reach its
         plateau.
+    property_rounds : int, optional
+        Rounds of each row's property simulation (default
+        :data:`PROPERTY_ROUNDS`, quick 30; the record-level DP rows run their
+        multiple of it): a weaker main task needs more for the property
+        simulation's model to reach its plateau too.
     """
     unknown = [t for t in tables if t not in TABLES]
     if unknown:
@@ -562,6 +568,8 @@ def run_defenses_bench(
     stand_in.check()
     if epochs is not None and epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
+    if property_rounds is not None and property_rounds < 2:
+        raise ConfigError(f"property_rounds must be >= 2, got {property_rounds}")
     if share_selection not in SHARE_SELECTIONS:
         raise ConfigError(
             f"share_selection must be one of {list(SHARE_SELECTIONS)}, "
@@ -583,6 +591,7 @@ def run_defenses_bench(
             started,
             cast(ShareSelection, share_selection),
             epochs,
+            property_rounds,
         )
     finally:
         logging.getLogger().removeFilter(_quiet_accountant)
@@ -677,6 +686,7 @@ def _run(
     started: float,
     share_selection: ShareSelection,
     epochs: int | None,
+    property_rounds: int | None,
 ) -> dict[str, Any]:
     """Measure every row; the record is rewritten after each (a crash keeps them)."""
     data, top_region = _dataset(quick, seed, stand_in)
@@ -690,7 +700,7 @@ def _run(
         epochs=epochs or (5 if quick else 8),
         learning_rate=0.3,
     )
-    property_rounds = 30 if quick else PROPERTY_ROUNDS
+    property_rounds = property_rounds or (30 if quick else PROPERTY_ROUNDS)
     rows = record.start_rows(
         _header(
             data,
@@ -732,6 +742,20 @@ def _run(
     plot_path = record.sibling("tables.png")
     _plot(plot_path, rows, [t for t in TABLES if t in tables])
     return record.finish_rows(started, {}, [plot_path.name])
+
+
+EpochsOption = Annotated[
+    int | None,
+    typer.Option("--epochs", help="Training passes of each row (default 8, quick 5)."),
+]
+PropertyRoundsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--property-rounds",
+        help=f"Rounds of each row's property simulation (default "
+        f"{PROPERTY_ROUNDS}, quick 30).",
+    ),
+]
 
 
 def command(
@@ -780,13 +804,8 @@ def command(
             "attribute's signal in the long tail only.",
         ),
     ] = 0,
-    epochs: Annotated[
-        int | None,
-        typer.Option(
-            "--epochs",
-            help="Training passes of each row (default 8, quick 5).",
-        ),
-    ] = None,
+    epochs: EpochsOption = None,
+    property_rounds: PropertyRoundsOption = None,
 ) -> None:
     """Defenses of Ch. 7.3 vs membership and property inference (Tables 7.5-7.7).
 
@@ -804,6 +823,7 @@ def command(
         attribute_shift=attribute_shift,
         neutral_head=neutral_head,
         epochs=epochs,
+        property_rounds=property_rounds,
     )
     table = Table(
         "defense",

@@ -46,6 +46,7 @@ from rich.table import Table
 
 from fedleak.attacks.membership.simulation import (
     MembershipSetup,
+    precision_floor,
     simulate_membership,
 )
 from fedleak.data.checkins import synthetic_checkin_task
@@ -261,7 +262,7 @@ def run_membership_bench(
             if batch_sizes
             else (QUICK_BATCH_SIZES if quick else DEFAULT_BATCH_SIZES)[name]
         )
-        setups[name] = _setup_entry(base, data)
+        setups[name] = _setup_entry(base, data, engine=engine, seed=seed)
         for size in sizes:
             setup = MembershipSetup(
                 **{**asdict(base), "batch_size": size, "defenses": base.defenses}
@@ -322,9 +323,15 @@ def _dataset(
     return load_bench_dataset(name, quick=quick, seed=seed, mean_checkins=mean)
 
 
-def _setup_entry(base: MembershipSetup, data: TextDataset) -> dict[str, Any]:
-    """Return the record's description of a dataset's setup and data."""
-    return {
+def _setup_entry(
+    base: MembershipSetup, data: TextDataset, *, engine: str, seed: int
+) -> dict[str, Any]:
+    """Return the record's description of a dataset's setup and data.
+
+    In-process runs also give the attack's :func:`precision_floor` on their
+    split (the Flower runs split the data their own way).
+    """
+    entry = {
         **{k: v for k, v in asdict(base).items() if k != "defenses"},
         "num_train": int(data.x_train.shape[0]),
         "num_test": int(data.x_test.shape[0]),
@@ -332,6 +339,9 @@ def _setup_entry(base: MembershipSetup, data: TextDataset) -> dict[str, Any]:
         "sequence_length": data.sequence_length,
         "source": data.source,
     }
+    if engine == "in-process":
+        entry["precision_floor"] = precision_floor(data, base, seed=seed)
+    return entry
 
 
 def _measure(
