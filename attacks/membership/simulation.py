@@ -40,7 +40,6 @@ from fedleak.defenses import (
     clip_update,
     participant_level_epsilon,
     record_level_epsilon,
-    restrict_inputs,
 )
 from fedleak.errors import ConfigError
 from fedleak.federated import sgd_step
@@ -232,9 +231,7 @@ def inputs_and_model(
     The inputs are vocabulary-restricted when the defenses say so (the
     restriction is the model's input space, so it binds every party).
     """
-    x_all = torch.from_numpy(data.x_train)
-    if setup.defenses.vocab_top_n is not None:
-        x_all = restrict_inputs(x_all, setup.defenses.vocab_top_n)
+    x_all = setup.defenses.inputs(torch.from_numpy(data.x_train))
     model = build_text_model(
         setup.model,
         data.vocab_size,
@@ -289,6 +286,11 @@ class _Parties:
     adversary: _BatchWalker
 
 
+def _seed_streams(seed: int) -> list[np.random.SeedSequence]:
+    """Return a run's five seed streams: split, the two batch walks, noise, model."""
+    return np.random.SeedSequence([seed, 0x3E3B]).spawn(5)
+
+
 def _evaluation_records(
     x_all: torch.Tensor,
     x_test: torch.Tensor,
@@ -324,7 +326,7 @@ def precision_floor(
     (recall is 1 there). Large batches approach it: their bags come nearest
     to the union.
     """
-    split, walk_t, walk_a, _, _ = np.random.SeedSequence([seed, 0x3E3B]).spawn(5)
+    split, walk_t, walk_a, _, _ = _seed_streams(seed)
     parties = _split_parties(data.x_train.shape[0], 1, split, walk_t, walk_a)
     x_all = setup.defenses.inputs(torch.from_numpy(data.x_train))
     x_test = setup.defenses.inputs(torch.from_numpy(data.x_test))
@@ -480,9 +482,7 @@ def simulate_membership(
     started = time.perf_counter()
     if data.x_train.shape[0] < 2 or data.x_test.shape[0] < 1:
         raise ConfigError("the dataset needs >= 2 training and >= 1 test records")
-    split, walk_t, walk_a, noise_seq, model_seed = np.random.SeedSequence(
-        [seed, 0x3E3B]
-    ).spawn(5)
+    split, walk_t, walk_a, noise_seq, model_seed = _seed_streams(seed)
     parties = _split_parties(
         data.x_train.shape[0], setup.batch_size, split, walk_t, walk_a
     )
