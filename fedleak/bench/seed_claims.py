@@ -784,11 +784,7 @@ def _table_7_2_rows(records: Records) -> tuple[list[Mapping[str, Any]], bool]:
     The flag says which.
     """
     seed = records["membership"]["thesis_table_7_2"]
-    full, _ = _refit(
-        records,
-        list(records.get("membership-3000", {}).get("rows", []))
-        + list(records.get(FORTUNES_3000_RECORD, {}).get("rows", [])),
-    )
+    full, _ = _rows_3000(records)
     have = {_batch_key(r) for r in full}
     wanted = {
         (dataset, batch)
@@ -912,6 +908,19 @@ def _refit(
     return merged, text
 
 
+def _rows_3000(records: Records) -> tuple[list[Mapping[str, Any]], str]:
+    """Return the 3,000-iteration rows of both columns, refit rows in place.
+
+    ``membership-3000`` with :data:`FORTUNES_3000_RECORD`, through
+    :func:`_refit` (whose sentence comes with them).
+    """
+    return _refit(
+        records,
+        list(records.get("membership-3000", {}).get("rows", []))
+        + list(records.get(FORTUNES_3000_RECORD, {}).get("rows", [])),
+    )
+
+
 def _table_7_2_full(records: Records) -> Finding:
     rec = records["membership-3000"]
     seed = {
@@ -919,10 +928,7 @@ def _table_7_2_full(records: Records) -> Finding:
         for dataset, name in TABLE_7_2_COLUMNS
         for batch, precision in rec["thesis_table_7_2"][name]
     }
-    rows, refit_text = _refit(
-        records,
-        list(rec["rows"]) + list(records.get(FORTUNES_3000_RECORD, {}).get("rows", [])),
-    )
+    rows, refit_text = _rows_3000(records)
     parts, gaps, where = [], [], []
     for row in rows:
         expected = seed.get(_batch_key(row))
