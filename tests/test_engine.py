@@ -15,6 +15,7 @@ from flower_fakes import metadata
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.serverapp import Grid
+from flwr.superlink.grid import InMemoryGrid
 
 from fedleak.runtime import engine
 from fedleak.runtime.engine import (
@@ -338,9 +339,11 @@ def test_a_stored_reply_wakes_the_grid():
         worker.start()
         try:
             reply = Message(RecordDict(), reply_to=request(3))
+            before = engine.replies_stored()
             queue.put(reply)
             assert engine._ENGINE.replied.wait(timeout=10)
             assert state.stored == [reply]
+            assert engine.replies_stored() == before + 1  # counted for the Grid
         finally:
             stop.set()
             worker.join(timeout=10)
@@ -365,14 +368,109 @@ def test_while_replies_are_stored_the_workers_may_store_theirs_directly():
             direct = actor_batches._reply_store_of(queue)
             reply = Message(RecordDict(), reply_to=request(4))
             engine._ENGINE.replied.clear()
+            before = engine.replies_stored()
             direct.store(reply)
             direct.wake()
             assert engine._ENGINE.replied.is_set()
             assert state.stored == [reply]
+            assert engine.replies_stored() == before + 1
         finally:
             stop.set()
             worker.join(timeout=10)
     assert actor_batches._reply_store_of(queue) is None
+
+
+# ------------------------------------------------------- counted pulls
+class StoredGrid(InMemoryGrid):
+    """Flower's in-memory Grid as the engine sees it: replies are stored by the
+    engine's counted store (batch by batch, each batch waking the Grid) and
+    pulled from here; ``made`` replies appear at a pull, stored by nobody
+    (what the LinkState does for an expired TTL)."""
+
+    def __init__(self, batches: list[list[int]], made: tuple[int, ...] = ()) -> None:
+        self.batches, self.made = batches, made
+        self.store = engine._counting(self._keep)
+        self.kept: dict[str, Message] = {}
+        self.pulls = 0
+        self.lock = threading.Lock()
+
+    def _keep(self, reply: Message) -> None:
+        with self.lock:
+            self.kept[reply.metadata.reply_to_message_id] = reply
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        pushed = list(messages)
+        for i, msg in enumerate(pushed):
+            msg.metadata.__dict__["_message_id"] = f"m{i}"
+        by_index = {i: Message(RecordDict(), reply_to=m) for i, m in enumerate(pushed)}
+
+        def deliver() -> None:
+            for batch in self.batches:
+                time.sleep(0.05)
+                for i in batch:
+                    self.store(by_index[i])
+                engine._wake_grid()
+
+        threading.Thread(target=deliver, daemon=True).start()
+        self.made_replies = {f"m{i}": by_index[i] for i in self.made}
+        return [m.metadata.message_id for m in pushed]
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        self.pulls += 1
+        with self.lock:
+            found = {**self.made_replies, **self.kept}
+            out = [found[i] for i in message_ids if i in found]
+            for i in list(message_ids):
+                self.kept.pop(i, None)
+                self.made_replies.pop(i, None)
+        return out
+
+
+def _senders(replies) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(r.metadata.reply_to_message_id for r in replies)
+
+
+def test_the_grid_pulls_once_every_reply_is_stored_not_at_each_wake_up(monkeypatch):
+    monkeypatch.setattr(engine, "WAKE_FALLBACK_S", 60.0)  # no pulls by the clock
+    grid = StoredGrid([[0, 1], [2], [3, 4]])
+    with fast_engine(60.0):
+        replies = EngineGrid(grid, timing=False).send_and_receive(
+            [request(n) for n in range(5)], timeout=30
+        )
+    assert _senders(replies) == ["m0", "m1", "m2", "m3", "m4"]
+    assert grid.pulls == 1  # three wake-ups, one pull
+
+
+def test_outside_the_fast_engine_the_grid_polls():
+    grid = StoredGrid([[0], [1]])
+    replies = EngineGrid(grid, poll_interval=0.01, timing=False).send_and_receive(
+        [request(1), request(2)], timeout=30
+    )
+    assert _senders(replies) == ["m0", "m1"]
+    assert grid.pulls >= 5  # 0.1 s of replies at one pull per 0.01 s
+
+
+def test_a_reply_nobody_stores_comes_at_the_clock_pull(monkeypatch):
+    monkeypatch.setattr(engine, "WAKE_FALLBACK_S", 0.05)
+    grid = StoredGrid([[0]], made=(1,))  # node 1's reply is made by the LinkState
+    with fast_engine(60.0):
+        replies = EngineGrid(grid, timing=False).send_and_receive(
+            [request(1), request(2)], timeout=30
+        )
+    assert _senders(replies) == ["m0", "m1"]
+
+
+def test_at_the_deadline_the_stored_replies_come_back(monkeypatch):
+    monkeypatch.setattr(engine, "WAKE_FALLBACK_S", 60.0)
+    grid = StoredGrid([[1]])  # node 0 never replies: the count stays short
+    with fast_engine(60.0):
+        started = time.monotonic()
+        replies = EngineGrid(grid, timing=False).send_and_receive(
+            [request(1), request(2)], timeout=0.4
+        )
+    assert time.monotonic() - started >= 0.4
+    assert _senders(replies) == ["m1"]
+    assert grid.pulls == 1  # the last pull, at the deadline
 
 
 # ---------------------------------------------------------- reading arrays
