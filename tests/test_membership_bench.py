@@ -385,6 +385,7 @@ def test_bench_membership_keeps_the_rows_measured_before_a_failure(
     assert kept["complete"] is False
     assert [(r["dataset"], r["batch_size"]) for r in kept["rows"]] == [("checkins", 20)]
     assert kept["setups"]["checkins"]["batch_size"] > 0
+    assert kept["num_venues"] == 1500  # the quick data: as many venues as users
 
 
 @pytest.mark.in_default_run  # one Flower run of 6 rounds
@@ -443,13 +444,14 @@ def test_bench_membership_through_flower_refuses_what_it_cannot_run(
     assert not (tmp_path / "m.json").exists()
     with pytest.raises(ConfigError, match=r"unknown engine 'ray'"):
         run_membership_bench(tmp_path / "m.json", engine="ray")
-    with pytest.raises(ConfigError, match=r"^--mean-checkins: the Flower runs use"):
-        run_membership_bench(
-            tmp_path / "m.json",
-            datasets=("checkins",),
-            engine="flower",
-            mean_checkins=34,
-        )
+    for option, stand_in in (
+        ("--mean-checkins", {"mean_checkins": 34}),
+        ("--venues", {"num_venues": 30000}),
+    ):
+        with pytest.raises(ConfigError, match=rf"^{option}: the Flower runs use"):
+            run_membership_bench(
+                tmp_path / "m.json", datasets=("checkins",), engine="flower", **stand_in
+            )
     assert not (tmp_path / "m.json").exists()
     setup = default_setup("checkins", quick=True)
     config = flower_membership_config("checkins", setup, rounds=7, seed=3)
@@ -487,6 +489,29 @@ def test_bench_membership_check_ins_grow_denser_with_mean_checkins() -> None:
         distinct(load_bench_dataset("checkins", quick=True, seed=0, mean_checkins=20.0))
     )
     assert distinct(dense) > distinct(sparse) + 5
+
+
+@pytest.mark.in_default_run  # seconds: the quick check-in data only
+def test_bench_membership_check_ins_spread_over_more_venues() -> None:
+    from fedleak.bench.membership import load_bench_dataset
+
+    def venues(data) -> set[int]:
+        return set(np.unique(data.x_train)) - {0}
+
+    default = load_bench_dataset("checkins", quick=True, seed=0)
+    same = load_bench_dataset("checkins", quick=True, seed=0, num_venues=1500)
+    wide = load_bench_dataset("checkins", quick=True, seed=0, num_venues=6000)
+    assert np.array_equal(default.x_train, same.x_train)  # default: one per user
+    assert len(venues(wide)) > 1.5 * len(venues(default))
+
+    def covered(data) -> float:
+        """Share of the non-members' check-ins at venues some member holds."""
+        held = data.x_test != 0
+        return float(
+            (np.isin(data.x_test, list(venues(data))) & held).sum() / held.sum()
+        )
+
+    assert covered(wide) < covered(default)  # what a large bag covers shrinks
 
 
 @pytest.mark.in_default_run  # no simulation

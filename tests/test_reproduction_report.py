@@ -1814,11 +1814,17 @@ def test_table_7_2_at_3000_iterations_shows_the_flower_runs_beside():
     )
 
 
-def test_table_7_2_at_3000_iterations_gives_the_gain_of_denser_users():
+def _full_to_batch_200() -> tuple[dict, list]:
+    """Table 7.2 records at 3,000 iterations with check-in batches 100 and 200."""
     record = _full(0.75, 0.92)
     rows = record["membership-3000"]["rows"]
     rows.append({**rows[1], "batch_size": 200, "precision": 0.6})
     record["membership-3000"]["thesis_table_7_2"]["foursquare"].append([200, 0.98])
+    return record, rows
+
+
+def test_table_7_2_at_3000_iterations_gives_the_gain_of_denser_users():
+    record, rows = _full_to_batch_200()
     dense = [
         {**rows[1], "precision": 0.77},
         {**rows[1], "batch_size": 200, "precision": 0.66},
@@ -1839,6 +1845,73 @@ def test_table_7_2_at_3000_iterations_gives_the_gain_of_denser_users():
     record["membership-3000-dense"]["rows"] = dense[2:]
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
     assert finding.reason == "recall 1; precision off by 0.380 (at checkins B=200)"
+
+
+def test_table_7_2_at_3000_iterations_shows_the_stand_in_over_more_venues():
+    record, rows = _full_to_batch_200()
+    wide = [
+        {**rows[1], "precision": 0.95, "model_accuracy": 0.9},
+        {**rows[1], "batch_size": 200, "precision": 0.85, "model_accuracy": 0.9},
+    ]
+    record["membership-3000-venues"] = {"num_venues": 30000, "rows": wide}
+    record["membership-3000-dense"] = {"mean_checkins": 34.0, "rows": wide[:1]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "; 30,000 venues: checkins B=100: precision 0.950 (10,000 venues 0.750), "
+        "recall 1.000, checkins B=200: precision 0.850 (10,000 venues 0.600), "
+        "recall 1.000"
+    )
+    assert finding.utility.endswith(
+        "; 30,000 venues: model acc 0.90 (plateau not recorded)"
+    )
+    # both variants' gains, the denser users' first; the verdict reads the main rows
+    assert finding.reason == (
+        "recall 1; precision off by 0.380 (at checkins B=200); with 34.0 check-ins "
+        "a user (the seed's mean) precision gains +0.200 at B = 100; with 30,000 "
+        "venues (the seed's top locations) precision gains +0.200 / +0.250 at "
+        "B = 100 / 200"
+    )
+    # its floor, and the seed's rows below it, where the record has one
+    seed = record["membership-3000"]["thesis_table_7_2"]["foursquare"]
+    seed += [[1000, 0.76], [2000, 0.62]]
+    record["membership-3000-venues"]["setups"] = {"checkins": {"precision_floor": 0.8}}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason.endswith(
+        "+0.200 / +0.250 at B = 100 / 200 (its precision floor 0.800, above the "
+        "seed's 0.760 / 0.620 at B = 1,000 / 2,000)"
+    )
+    record["membership-3000-venues"]["setups"]["checkins"]["precision_floor"] = 0.76
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason.endswith("above the seed's 0.620 at B = 2,000)")
+    record["membership-3000-venues"]["setups"]["checkins"]["precision_floor"] = 0.5
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.reason.endswith("at B = 100 / 200 (its precision floor 0.500)")
+    del record["membership-3000-venues"]["setups"]
+    # a batch size run on its own (membership-3000-venues-500) joins in order
+    later = {**rows[1], "batch_size": 500, "precision": 0.8, "model_accuracy": 0.9}
+    record["membership-3000-venues-500"] = {"num_venues": 30000, "rows": [later]}
+    record["membership-3000-venues"]["rows"] = wide[::-1]
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "(10,000 venues 0.600), recall 1.000, checkins B=500: precision 0.800, "
+        "recall 1.000"
+    )
+    assert finding.reason.endswith("+0.200 / +0.250 at B = 100 / 200")
+    # a record without rows adds none; rows go by dataset, then batch size
+    record["membership-3000-venues-600"] = {"num_venues": 30000}
+    text = {**rows[1], "dataset": "fortunes", "batch_size": 32, "precision": 0.7}
+    record["membership-3000-venues-fortunes"] = {"num_venues": 30000, "rows": [text]}
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert finding.fedleak.endswith(
+        "checkins B=500: precision 0.800, recall 1.000, fortunes B=32: precision "
+        "0.700, recall 1.000"
+    )
+    del record["membership-3000-venues-fortunes"]
+    del record["membership-3000-venues"]["num_venues"]
+    finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
+    assert "; ? venues: checkins B=100: precision 0.950 (10,000 venues" in (
+        finding.fedleak
+    )
 
 
 def test_table_7_2_at_3000_iterations_takes_the_refit_rows_in_place_of_older():

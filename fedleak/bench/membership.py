@@ -85,17 +85,23 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
 
 
 def load_bench_dataset(
-    name: str, *, quick: bool, seed: int, mean_checkins: float = 20.0
+    name: str,
+    *,
+    quick: bool,
+    seed: int,
+    mean_checkins: float = 20.0,
+    num_venues: int | None = None,
 ) -> TextDataset:
     """Return the benchmark's dataset ``name`` (``checkins`` or ``fortunes``).
 
     ``checkins``: synthetic check-ins (10,000 users and venues; quick:
-    1,500), 10 home areas, Zipf exponent 1, ``mean_checkins`` check-ins per
-    user on average (default 20; the thesis' FourSquare subset: 34); users
-    with >= 10 distinct venues; records of length 60; the top-30,000
-    venues; half of the users held out (the non-members). ``fortunes``: six
-    fortune categories (quick: three), entries of at most 400 characters,
-    length 50 (quick: 30), the top-5,000 words, half held out.
+    1,500; ``num_venues`` venues where given), 10 home areas, Zipf exponent
+    1, ``mean_checkins`` check-ins per user on average (default 20; the
+    thesis' FourSquare subset: 34); users with >= 10 distinct venues;
+    records of length 60; the top-30,000 venues; half of the users held out
+    (the non-members). ``fortunes``: six fortune categories (quick: three),
+    entries of at most 400 characters, length 50 (quick: 30), the top-5,000
+    words, half held out.
     """
     if name == "checkins":
         size = 1500 if quick else 10000
@@ -105,6 +111,7 @@ def load_bench_dataset(
             test_fraction=0.5,
             seed=seed,
             mean_checkins=mean_checkins,
+            num_venues=num_venues,
         )[0]
     if name == "fortunes":
         categories = ["computers", "people", "work"]
@@ -204,6 +211,7 @@ def run_membership_bench(
     iterations: int | None = None,
     engine: str = "in-process",
     mean_checkins: float = 20.0,
+    num_venues: int | None = None,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Measure precision and recall vs batch size and write the JSON report.
@@ -234,10 +242,13 @@ def run_membership_bench(
     mean_checkins : float
         Check-ins per synthetic user on average (in-process check-ins only;
         the thesis' FourSquare subset has 34, the default 20).
+    num_venues : int, optional
+        Synthetic venues (in-process check-ins only; default one per user;
+        the thesis keeps 30,000 locations); the record gives the number.
     progress : callable, optional
         Receives one line per run.
     """
-    _check_engine(engine, datasets, mean_checkins)
+    _check_engine(engine, datasets, mean_checkins, num_venues)
     say = progress or (lambda _: None)
     torch.set_num_threads(1)
     record = BenchRecord("membership", record_path(out, make_folder=True))
@@ -249,19 +260,15 @@ def run_membership_bench(
             "seed": seed,
             "engine": engine,
             "mean_checkins": mean_checkins,
+            "num_venues": _venues(quick, num_venues),
             "setups": setups,
         }
     )
     for name in datasets:
-        data = _dataset(name, engine, quick=quick, seed=seed, mean=mean_checkins)
-        base = default_setup(name, quick=quick)
-        if iterations is not None:
-            base = replace(base, iterations=iterations)
-        sizes = (
-            tuple(batch_sizes)
-            if batch_sizes
-            else (QUICK_BATCH_SIZES if quick else DEFAULT_BATCH_SIZES)[name]
+        data = _dataset(
+            name, engine, quick=quick, seed=seed, mean=mean_checkins, venues=num_venues
         )
+        base, sizes = _plan(name, quick, iterations, batch_sizes)
         setups[name] = _setup_entry(base, data, engine=engine, seed=seed)
         for size in sizes:
             setup = MembershipSetup(
@@ -296,14 +303,38 @@ def run_membership_bench(
     return record.finish_rows(started, {}, [plot_path.name])
 
 
-def _check_engine(engine: str, datasets: Sequence[str], mean_checkins: float) -> None:
+def _plan(
+    name: str, quick: bool, iterations: int | None, batch_sizes: Sequence[int] | None
+) -> tuple[MembershipSetup, tuple[int, ...]]:
+    """Return a dataset's base setup and the batch sizes to run it at."""
+    base = default_setup(name, quick=quick)
+    if iterations is not None:
+        base = replace(base, iterations=iterations)
+    if batch_sizes:
+        return base, tuple(batch_sizes)
+    return base, (QUICK_BATCH_SIZES if quick else DEFAULT_BATCH_SIZES)[name]
+
+
+def _venues(quick: bool, num_venues: int | None) -> int:
+    """Return the synthetic check-ins' venue count: given, else one per user."""
+    return num_venues if num_venues is not None else (1500 if quick else 10000)
+
+
+def _check_engine(
+    engine: str,
+    datasets: Sequence[str],
+    mean_checkins: float,
+    num_venues: int | None = None,
+) -> None:
     """Refuse an unknown engine, or data Flower has no counterpart of."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
-    if engine == "flower" and mean_checkins != 20.0:
+    if engine == "flower" and (mean_checkins != 20.0 or num_venues is not None):
+        option = "--mean-checkins" if mean_checkins != 20.0 else "--venues"
         raise ConfigError(
-            "--mean-checkins: the Flower runs use the federation's "
-            "checkins-synthetic-large (20 check-ins a user); run in-process"
+            f"{option}: the Flower runs use the federation's "
+            "checkins-synthetic-large (10,000 venues, 20 check-ins a user); "
+            "run in-process"
         )
     if engine == "flower":
         for name in datasets:
@@ -315,12 +346,20 @@ def _check_engine(engine: str, datasets: Sequence[str], mean_checkins: float) ->
 
 
 def _dataset(
-    name: str, engine: str, *, quick: bool, seed: int, mean: float
+    name: str,
+    engine: str,
+    *,
+    quick: bool,
+    seed: int,
+    mean: float,
+    venues: int | None = None,
 ) -> TextDataset:
     """Return the data of ``name``: the federation's for Flower, else the bench's."""
     if engine == "flower":
         return load_text_task(FLOWER_DATASETS[name], seed=seed)
-    return load_bench_dataset(name, quick=quick, seed=seed, mean_checkins=mean)
+    return load_bench_dataset(
+        name, quick=quick, seed=seed, mean_checkins=mean, num_venues=venues
+    )
 
 
 def _setup_entry(
@@ -382,6 +421,16 @@ def _non_increasing(values: list[float], slack: float = 0.02) -> bool:
     return all(b <= a + slack for a, b in itertools.pairwise(values))
 
 
+VenuesOption = Annotated[
+    int | None,
+    typer.Option(
+        min=100,
+        help="Synthetic venues (default as many as users, 10,000; the thesis "
+        "keeps the top 30,000 locations).",
+    ),
+]
+
+
 def command(
     out: OutOption = Path("bench-membership.json"),
     quick: Annotated[
@@ -415,6 +464,7 @@ def command(
             "FourSquare subset: 34).",
         ),
     ] = 20.0,
+    venues: VenuesOption = None,
 ) -> None:
     """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""
     report = run_membership_bench(
@@ -426,6 +476,7 @@ def command(
         iterations=iterations,
         engine=engine,
         mean_checkins=mean_checkins,
+        num_venues=venues,
         progress=say,
     )
     table = Table("dataset", "batch", "precision", "recall", "|V_t|", "rounds", "s")

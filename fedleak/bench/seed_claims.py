@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 14
+CLAIMS_VERSION: Final = 15
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -867,6 +867,15 @@ DENSE_3000_RECORD = "membership-3000-dense"
 (``--mean-checkins``): shown beside the default stand-in's rows."""
 
 
+VENUES_3000_RECORD = "membership-3000-venues"
+"""Table 7.2 at 3,000 iterations on synthetic check-ins over more venues
+(``--venues``; the seed keeps its top 30,000 locations, the default stand-in
+has 10,000): shown beside the default stand-in's rows."""
+
+DEFAULT_VENUES = 10000
+"""Venues of the default check-in stand-in (``bench membership``)."""
+
+
 REFIT_3000_RECORD = "membership-3000-refit"
 """Table 7.2 batch sizes rerun at 3,000 iterations after the adversary's scale
 fit was fixed (an imprecise candidate could win its consensus, and the whole
@@ -960,42 +969,94 @@ def _table_7_2_full(records: Records) -> Finding:
     verdict, reason = _gate_plateau(verdict, reason, rows)
     reason += refit_text
     measured, utility = "; ".join(parts), _utility_per_dataset(rows)
-    for name in (FLOWER_3000_RECORD, DENSE_3000_RECORD):
-        other = records.get(name, {})
+    for name in (FLOWER_3000_RECORD, DENSE_3000_RECORD, VENUES_3000_RECORD):
+        other = _variant(records, name)
         if not other.get("rows"):
             continue
-        label, twin = (
-            ("through Flower", "in-process")
-            if name == FLOWER_3000_RECORD
-            else (f"{other.get('mean_checkins', '?')} check-ins a user", "sparser")
-        )
+        label, twin = _variant_label(name, other)
         measured += f"; {label}: " + _beside_in_process(other["rows"], rows, twin)
         utility += f"; {label}: {_model_utility(other['rows'])}"
     return Finding(measured, utility, _scale_per_dataset(rows), verdict, reason)
 
 
-def _density_gain(records: Records, rows: Sequence[Mapping[str, Any]]) -> str:
-    """Say how much precision the :data:`DENSE_3000_RECORD` users gain.
+def _variant(records: Records, stem: str) -> Mapping[str, Any]:
+    """Return the variant record ``stem`` with the rows of every ``stem-*`` one.
 
-    Each of its batch sizes against the main rows' precision at the same
-    one: users with more check-ins hold more distinct venues, which one
-    batch's bag covers less often.
+    A variant's batch sizes may come from several runs
+    (``membership-3000-venues.json``, ``membership-3000-venues-500.json``);
+    the first record's settings name them all, rows in batch order.
     """
-    other = records.get(DENSE_3000_RECORD, {})
+    stems = [k for k in sorted(records) if k == stem or k.startswith(f"{stem}-")]
+    if not stems:
+        return {}
+    rows = [r for k in stems for r in records[k].get("rows", [])]
+    rows.sort(key=lambda r: (str(r["dataset"]), int(r["batch_size"])))
+    return {**records[stems[0]], "rows": rows}
+
+
+def _variant_label(name: str, record: Mapping[str, Any]) -> tuple[str, str]:
+    """Name a Table 7.2 variant record's rows, and the main rows beside them."""
+    if name == FLOWER_3000_RECORD:
+        return "through Flower", "in-process"
+    if name == DENSE_3000_RECORD:
+        return f"{record.get('mean_checkins', '?')} check-ins a user", "sparser"
+    venues = record.get("num_venues")
+    count = f"{venues:,}" if isinstance(venues, int) else "?"
+    return f"{count} venues", f"{DEFAULT_VENUES:,} venues"
+
+
+def _density_gain(records: Records, rows: Sequence[Mapping[str, Any]]) -> str:
+    """Say how much precision the stand-in variants' users gain.
+
+    Each batch size of :data:`DENSE_3000_RECORD` (more check-ins a user) and
+    :data:`VENUES_3000_RECORD` (more venues) against the main rows' precision
+    at the same one: users with more distinct venues, or venues fewer users
+    share, are covered less often by one batch's bag.
+    """
     mine = {_batch_key(r): float(r["precision"]) for r in rows}
-    gains = [
-        (int(r["batch_size"]), float(r["precision"]) - mine[key])
-        for r in other.get("rows", [])
-        if (key := _batch_key(r)) in mine
-    ]
-    if not gains:
+    text = ""
+    for name, why in (
+        (DENSE_3000_RECORD, "the seed's mean"),
+        (VENUES_3000_RECORD, "the seed's top locations"),
+    ):
+        other = _variant(records, name)
+        gains = [
+            (int(r["batch_size"]), float(r["precision"]) - mine[key])
+            for r in other.get("rows", [])
+            if (key := _batch_key(r)) in mine
+        ]
+        if gains:
+            text += (
+                f"; with {_variant_label(name, other)[0]} ({why}) precision "
+                "gains "
+                + " / ".join(f"{g:+.3f}" for _, g in gains)
+                + " at B = "
+                + " / ".join(str(b) for b, _ in gains)
+                + _floor_note(records, other)
+            )
+    return text
+
+
+def _floor_note(records: Records, variant: Mapping[str, Any]) -> str:
+    """Give a variant's check-in precision floor, and the seed's rows below it.
+
+    A stand-in whose floor (:func:`precision_floor`, the precision of a bag
+    holding the target's whole vocabulary) lies above the seed's precision
+    at large batches cannot reach them, however close its small batches.
+    """
+    floor = variant.get("setups", {}).get("checkins", {}).get("precision_floor")
+    if floor is None:
         return ""
-    return (
-        f"; with {other.get('mean_checkins', '?')} check-ins a user (the seed's "
-        f"mean) precision gains "
-        + " / ".join(f"{g:+.3f}" for _, g in gains)
+    seed = records["membership-3000"]["thesis_table_7_2"]["foursquare"]
+    below = [(int(b), float(p)) for b, p in seed if p < floor]
+    return f" (its precision floor {_f(float(floor))}" + (
+        ", above the seed's "
+        + " / ".join(_f(p) for _, p in below)
         + " at B = "
-        + " / ".join(str(b) for b, _ in gains)
+        + " / ".join(f"{b:,}" for b, _ in below)
+        + ")"
+        if below
+        else ")"
     )
 
 

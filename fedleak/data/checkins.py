@@ -567,21 +567,22 @@ def synthetic_checkin_task(
     mean_checkins: float = 20.0,
     attribute_shift: float = 3.0,
     neutral_head: int = 0,
+    num_venues: int | None = None,
 ) -> tuple[TextDataset, SyntheticCheckins]:
     """Return the benchmarks' check-in task and the check-ins it encodes.
 
-    :func:`synthetic_checkins` with ``size`` users and
-    venues in ``num_areas`` home areas (Zipf exponent 1, ``mean_checkins``
-    check-ins per user on average, at least 10, a share ``home_fraction`` of
-    them in the home area, the attribute favouring venues by
-    ``attribute_shift`` outside the ``neutral_head`` most popular ones),
-    encoded by :func:`checkin_dataset` as records of
-    60 venues among the top 30,000, labelled with the user attribute, a
-    share ``test_fraction`` of the users held out. ``seed`` drives both.
+    :func:`synthetic_checkins` with ``size`` users and ``num_venues`` venues
+    (default ``size``) in ``num_areas`` home areas (Zipf exponent 1,
+    ``mean_checkins`` check-ins per user on average, at least 10, a share
+    ``home_fraction`` of them in the home area, the attribute favouring
+    venues by ``attribute_shift`` outside the ``neutral_head`` most popular
+    ones), encoded by :func:`checkin_dataset` as records of 60 venues among
+    the top 30,000, labelled with the user attribute, a share
+    ``test_fraction`` of the users held out. ``seed`` drives both.
     """
     synthetic = synthetic_checkins(
         num_users=size,
-        num_venues=size,
+        num_venues=size if num_venues is None else num_venues,
         num_areas=num_areas,
         zipf_exponent=1.0,
         mean_checkins=mean_checkins,
