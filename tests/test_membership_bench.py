@@ -493,7 +493,8 @@ def test_bench_membership_check_ins_grow_denser_with_mean_checkins() -> None:
 
 @pytest.mark.in_default_run  # seconds: the quick check-in data only
 def test_bench_membership_check_ins_spread_over_more_venues() -> None:
-    from fedleak.bench.membership import load_bench_dataset
+    from fedleak.bench.membership import CHECKIN_USERS, load_bench_dataset
+    from fedleak.bench.seed_claims import DEFAULT_VENUES
 
     def venues(data) -> set[int]:
         return set(np.unique(data.x_train)) - {0}
@@ -502,6 +503,7 @@ def test_bench_membership_check_ins_spread_over_more_venues() -> None:
     same = load_bench_dataset("checkins", quick=True, seed=0, num_venues=1500)
     wide = load_bench_dataset("checkins", quick=True, seed=0, num_venues=6000)
     assert np.array_equal(default.x_train, same.x_train)  # default: one per user
+    assert DEFAULT_VENUES == CHECKIN_USERS  # the report's label of the default
     assert len(venues(wide)) > 1.5 * len(venues(default))
 
     def covered(data) -> float:

@@ -84,6 +84,12 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
+CHECKIN_USERS = 10000
+"""Synthetic check-in users of the bench, and its venues unless ``--venues``."""
+QUICK_CHECKIN_USERS = 1500
+"""The same with ``--quick``."""
+
+
 def load_bench_dataset(
     name: str,
     *,
@@ -104,7 +110,7 @@ def load_bench_dataset(
     words, half held out.
     """
     if name == "checkins":
-        size = 1500 if quick else 10000
+        size = _users(quick)
         return synthetic_checkin_task(
             size,
             num_areas=10,
@@ -315,9 +321,14 @@ def _plan(
     return base, (QUICK_BATCH_SIZES if quick else DEFAULT_BATCH_SIZES)[name]
 
 
+def _users(quick: bool) -> int:
+    """Return the synthetic check-ins' user count (and default venue count)."""
+    return QUICK_CHECKIN_USERS if quick else CHECKIN_USERS
+
+
 def _venues(quick: bool, num_venues: int | None) -> int:
     """Return the synthetic check-ins' venue count: given, else one per user."""
-    return num_venues if num_venues is not None else (1500 if quick else 10000)
+    return num_venues if num_venues is not None else _users(quick)
 
 
 def _check_engine(

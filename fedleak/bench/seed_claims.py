@@ -873,7 +873,8 @@ VENUES_3000_RECORD = "membership-3000-venues"
 has 10,000): shown beside the default stand-in's rows."""
 
 DEFAULT_VENUES = 10000
-"""Venues of the default check-in stand-in (``bench membership``)."""
+"""Venues of the default check-in stand-in: ``bench membership``'s
+``CHECKIN_USERS`` (this module imports no bench, nor torch)."""
 
 
 REFIT_3000_RECORD = "membership-3000-refit"
@@ -1049,15 +1050,15 @@ def _floor_note(records: Records, variant: Mapping[str, Any]) -> str:
         return ""
     seed = records["membership-3000"]["thesis_table_7_2"]["foursquare"]
     below = [(int(b), float(p)) for b, p in seed if p < floor]
-    return f" (its precision floor {_f(float(floor))}" + (
-        ", above the seed's "
-        + " / ".join(_f(p) for _, p in below)
-        + " at B = "
-        + " / ".join(f"{b:,}" for b, _ in below)
-        + ")"
-        if below
-        else ")"
-    )
+    text = f" (its precision floor {_f(float(floor))}"
+    if below:
+        text += (
+            ", above the seed's "
+            + " / ".join(_f(p) for _, p in below)
+            + " at B = "
+            + " / ".join(f"{b:,}" for b, _ in below)
+        )
+    return text + ")"
 
 
 def _beside_in_process(
