@@ -84,6 +84,8 @@ THESIS_TABLE_7_2: dict[str, tuple[tuple[int, float], ...]] = {
 }
 
 
+MEAN_CHECKINS = 20.0
+"""Check-ins per synthetic user on average, unless ``--mean-checkins``."""
 CHECKIN_USERS = 10000
 """Synthetic check-in users of the bench, and its venues unless ``--venues``."""
 QUICK_CHECKIN_USERS = 1500
@@ -95,7 +97,7 @@ def load_bench_dataset(
     *,
     quick: bool,
     seed: int,
-    mean_checkins: float = 20.0,
+    mean_checkins: float = MEAN_CHECKINS,
     num_venues: int | None = None,
 ) -> TextDataset:
     """Return the benchmark's dataset ``name`` (``checkins`` or ``fortunes``).
@@ -216,7 +218,7 @@ def run_membership_bench(
     seed: int = 0,
     iterations: int | None = None,
     engine: str = "in-process",
-    mean_checkins: float = 20.0,
+    mean_checkins: float = MEAN_CHECKINS,
     num_venues: int | None = None,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
@@ -246,8 +248,7 @@ def run_membership_bench(
         full-size check-in data even with ``quick``); each run's folder goes
         under ``<out stem>-runs/``.
     mean_checkins : float
-        Check-ins per synthetic user on average (in-process check-ins only;
-        the thesis' FourSquare subset has 34, the default 20).
+        Check-ins per synthetic user on average (in-process only; thesis 34).
     num_venues : int, optional
         Synthetic venues (in-process check-ins only; default one per user;
         the thesis keeps 30,000 locations); the record gives the number.
@@ -256,6 +257,7 @@ def run_membership_bench(
     """
     _check_engine(engine, datasets, mean_checkins, num_venues)
     say = progress or (lambda _: None)
+    venues = _venues(quick, num_venues)
     torch.set_num_threads(1)
     record = BenchRecord("membership", record_path(out, make_folder=True))
     started = time.perf_counter()
@@ -266,13 +268,13 @@ def run_membership_bench(
             "seed": seed,
             "engine": engine,
             "mean_checkins": mean_checkins,
-            "num_venues": _venues(quick, num_venues),
+            "num_venues": venues,
             "setups": setups,
         }
     )
     for name in datasets:
         data = _dataset(
-            name, engine, quick=quick, seed=seed, mean=mean_checkins, venues=num_venues
+            name, engine, quick=quick, seed=seed, mean=mean_checkins, venues=venues
         )
         base, sizes = _plan(name, quick, iterations, batch_sizes)
         setups[name] = _setup_entry(base, data, engine=engine, seed=seed)
@@ -340,8 +342,10 @@ def _check_engine(
     """Refuse an unknown engine, or data Flower has no counterpart of."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
-    if engine == "flower" and (mean_checkins != 20.0 or num_venues is not None):
-        option = "--mean-checkins" if mean_checkins != 20.0 else "--venues"
+    if engine == "flower" and (
+        mean_checkins != MEAN_CHECKINS or num_venues is not None
+    ):
+        option = "--mean-checkins" if mean_checkins != MEAN_CHECKINS else "--venues"
         raise ConfigError(
             f"{option}: the Flower runs use the federation's "
             "checkins-synthetic-large (10,000 venues, 20 check-ins a user); "
@@ -474,7 +478,7 @@ def command(
             help="Check-ins per synthetic user on average (the thesis' "
             "FourSquare subset: 34).",
         ),
-    ] = 20.0,
+    ] = MEAN_CHECKINS,
     venues: VenuesOption = None,
 ) -> None:
     """Embedding-layer membership inference: precision vs batch size (Table 7.2)."""

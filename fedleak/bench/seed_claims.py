@@ -872,6 +872,12 @@ VENUES_3000_RECORD = "membership-3000-venues"
 (``--venues``; the seed keeps its top 30,000 locations, the default stand-in
 has 10,000): shown beside the default stand-in's rows."""
 
+STAND_IN_VARIANTS: Final = (
+    (DENSE_3000_RECORD, "the seed's mean"),
+    (VENUES_3000_RECORD, "the seed's top locations"),
+)
+"""Table 7.2 records on other synthetic check-ins, and what each matches."""
+
 DEFAULT_VENUES = 10000
 """Venues of the default check-in stand-in: ``bench membership``'s
 ``CHECKIN_USERS`` (this module imports no bench, nor torch)."""
@@ -970,7 +976,7 @@ def _table_7_2_full(records: Records) -> Finding:
     verdict, reason = _gate_plateau(verdict, reason, rows)
     reason += refit_text
     measured, utility = "; ".join(parts), _utility_per_dataset(rows)
-    for name in (FLOWER_3000_RECORD, DENSE_3000_RECORD, VENUES_3000_RECORD):
+    for name in (FLOWER_3000_RECORD, *(n for n, _ in STAND_IN_VARIANTS)):
         other = _variant(records, name)
         if not other.get("rows"):
             continue
@@ -1016,10 +1022,7 @@ def _density_gain(records: Records, rows: Sequence[Mapping[str, Any]]) -> str:
     """
     mine = {_batch_key(r): float(r["precision"]) for r in rows}
     text = ""
-    for name, why in (
-        (DENSE_3000_RECORD, "the seed's mean"),
-        (VENUES_3000_RECORD, "the seed's top locations"),
-    ):
+    for name, why in STAND_IN_VARIANTS:
         other = _variant(records, name)
         gains = [
             (int(r["batch_size"]), float(r["precision"]) - mine[key])
