@@ -415,6 +415,12 @@ def test_bench_membership_through_flower_scores_the_adversary_client(
     assert row["false_negatives"] > row["true_positives"]
     assert row["precision"] > 0.9
     assert 0.0 <= row["model_accuracy"] <= 1.0
+    # the false flags by record size add up to the row's non-members
+    bands = row["false_flags"]["bands"]
+    assert sum(b["flagged"] for b in bands) == row["false_positives"]
+    assert sum(b["records"] for b in bands) == (
+        row["false_positives"] + row["true_negatives"]
+    )
     # the server evaluated every round (6 < CURVE_POINTS)
     curve = row["accuracy_curve"]
     assert curve["rounds"] == [1, 2, 3, 4, 5, 6]

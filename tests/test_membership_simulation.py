@@ -194,3 +194,17 @@ def test_large_batches_approach_the_precision_floor(
     # changes every published precision)
     assert floor == 379 / (379 + 340)
     assert scored.scores.precision == 50 / (50 + 47)
+
+
+def test_the_run_records_which_non_members_it_flagged(
+    small_checkins: TextDataset,
+) -> None:
+    outcome = simulate_membership(small_checkins, _setup(batch_size=80), seed=0)
+    flags = outcome.false_flags
+    assert outcome.scores.false_positives > 0  # something to break down
+    assert sum(b["records"] for b in flags["bands"]) == (
+        outcome.scores.false_positives + outcome.scores.true_negatives
+    )
+    assert sum(b["flagged"] for b in flags["bands"]) == outcome.scores.false_positives
+    assert outcome.as_dict()["false_flags"] == flags
+    assert flags["median_words_flagged"] <= flags["median_words_not_flagged"]

@@ -17,6 +17,8 @@ Modules (Flower-free, testable on plain arrays and tensors):
 ``metrics``
     The common interface: scores, single and set MI decisions, top-n
     accuracy, membership advantage.
+``false_flags``
+    Which non-members the embedding attack flags, by their record's size.
 ``simulation``
     Two-party synchronized SGD in one process with the embedding adversary
     (Table 7.2; the target optionally defended, Ch. 7.3).
@@ -51,6 +53,7 @@ _WHERE = {
     "PCAFeatures": "montecarlo",
     "PixelFeatures": "montecarlo",
     "SGDProcedure": "classifier",
+    "SIZE_EDGES": "false_flags",
     "ScoreFunction": "metrics",
     "ShadowModelAttack": "classifier",
     "SimulationOutcome": "simulation",
@@ -62,6 +65,7 @@ _WHERE = {
     "contribution_scale": "embedding",
     "evaluate_membership": "classifier",
     "evaluate_scores": "metrics",
+    "false_flags_by_size": "false_flags",
     "gradient_norm_scores": "gradient_norm",
     "inputs_and_model": "simulation",
     "loss_scores": "classifier",

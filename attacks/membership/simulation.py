@@ -47,6 +47,7 @@ from fedleak.models import build_text_model
 from fedleak.training import batch_gradient, evaluate, get_arrays, set_arrays
 
 from .embedding import EmbeddingMembership, MembershipScores
+from .false_flags import false_flags_by_size
 
 __all__ = [
     "CURVE_POINTS",
@@ -135,7 +136,9 @@ class SimulationOutcome:
     """Attack strength, model utility and privacy of one simulated run.
 
     ``accuracy_curve`` is :func:`fedleak.curves.summarise_curve` of the test
-    accuracy at :data:`CURVE_POINTS` rounds of the run.
+    accuracy at :data:`CURVE_POINTS` rounds of the run; ``false_flags`` is
+    :func:`~fedleak.attacks.membership.false_flags.false_flags_by_size` of the
+    scored non-members.
     """
 
     scores: MembershipScores
@@ -146,6 +149,7 @@ class SimulationOutcome:
     participant_epsilon: float | None
     wall_s: float
     accuracy_curve: dict[str, Any] = field(default_factory=dict)
+    false_flags: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the outcome as a JSON-ready dict."""
@@ -157,6 +161,7 @@ class SimulationOutcome:
             "record_epsilon": self.record_epsilon,
             "participant_epsilon": self.participant_epsilon,
             "accuracy_curve": self.accuracy_curve,
+            "false_flags": self.false_flags,
             "wall_s": self.wall_s,
         }
 
@@ -527,4 +532,5 @@ def simulate_membership(
         participant_epsilon=participant_eps,
         wall_s=time.perf_counter() - started,
         accuracy_curve=summarise_curve(points),
+        false_flags=false_flags_by_size(attack, others),
     )

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedleak.attacks.membership.false_flags import false_flags_by_size
 from fedleak.attacks.membership.simulation import (
     CURVE_POINTS,
     MembershipSetup,
@@ -153,7 +154,8 @@ def run_flower_membership(
     others = text.x_test[
         np.sort(pick.choice(text.x_test.shape[0], n_eval, replace=False))
     ]
-    scores = load_membership_attack(run_dir, text.vocab_size).evaluate(members, others)
+    attack = load_membership_attack(run_dir, text.vocab_size)
+    scores = attack.evaluate(members, others)
     model = task.new_model()
     with np.load(run_dir / "model.npz") as final:
         set_arrays(model, {k: final[k] for k in final.files})
@@ -167,6 +169,7 @@ def run_flower_membership(
         "record_epsilon": None,
         "participant_epsilon": None,
         "accuracy_curve": run_curve(outcome.results, every=1),
+        "false_flags": false_flags_by_size(attack, others),
         "engine": "flower",
         "run_dir": run_dir.name,
         "wall_s": time.perf_counter() - started,
