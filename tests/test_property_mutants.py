@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from fedleak.attacks.membership import EmbeddingMembership
 from fedleak.attacks.membership.simulation import MembershipSetup, inputs_and_model
 from fedleak.attacks.property import classifier as clf_module
 from fedleak.attacks.property import gradients as grads
@@ -29,7 +30,6 @@ from fedleak.attacks.property import simulation as sim
 from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
     ObservationLog,
-    gradient_features,
     load_observations,
     score_series,
     single_batch_auc,
@@ -1104,7 +1104,7 @@ def test_aux_pair_emulates_the_others_aggregate(monkeypatch):
     monkeypatch.setattr(text, "_gradient", spy)
     embedding = model.embedding.weight.detach().numpy().copy()
     pair = text._auxiliary_pair(
-        model, task, parties, np.random.default_rng(2), 2, 1.0, embedding
+        model, task, parties, np.random.default_rng(2), 2, 1.0, embedding, 0.3
     )
     assert [label for label, _ in pair] == [1, 0]
     assert len(spy.calls) == 4 and all(x.shape == (2, 6) for x, _ in spy.calls)
@@ -1119,9 +1119,9 @@ def test_aux_pair_emulates_the_others_aggregate(monkeypatch):
             + spy.calls[first + 1][1]["embedding.weight"]
         )
         np.testing.assert_array_equal(
-            features, gradient_features({"embedding.weight": total}, "bow")
+            features, text.recorded_rows(embedding, total, 0.3)
         )
-        assert set(np.unique(features)) <= {0.0, 1.0}
+        assert set(np.unique(features)) == {0.0, 1.0}
 
 
 def test_a_round_steps_by_every_upload_and_observes_a_bag_of_words(monkeypatch):
@@ -1145,6 +1145,7 @@ def test_a_round_steps_by_every_upload_and_observes_a_bag_of_words(monkeypatch):
         target_fraction=1.0,
         aux_fraction=1.0,
         learning_rate=0.5,
+        reader=EmbeddingMembership(len(task.words)),
     )
     assert len(spy.calls) == 3 + 2 * 2  # three uploads, then the aux pair
     target, own, honest = (spy.calls[i][0] for i in range(3))
@@ -1160,8 +1161,12 @@ def test_a_round_steps_by_every_upload_and_observes_a_bag_of_words(monkeypatch):
         torch.testing.assert_close(
             dict(model.named_parameters())[name].detach(), want, rtol=0, atol=0
         )
-    assert seen.shape == (len(task.words),)
-    assert set(np.unique(seen)) <= {0.0, 1.0}
+    # the others' bag: every word of the target's and the honest batch (a
+    # fresh model records every step), no other, and never the padding
+    others = np.unique(np.concatenate([target, honest]))
+    want = np.zeros(len(task.words))
+    want[others[others != 0]] = 1.0
+    np.testing.assert_array_equal(seen, want)
     assert len(pair) == 2
 
 

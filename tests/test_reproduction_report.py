@@ -121,6 +121,80 @@ def test_property_findings_give_and_gate_on_the_plateau():
     assert (finding.verdict, finding.utility) == ("reproduced", "test acc 0.80")
 
 
+def _text(rows: list[tuple[str, int, float, float]], accuracy: float) -> dict:
+    """A property-text record: (category, K, fraction, AUC) per run."""
+    runs = [
+        {
+            "label": f"{c}-K{k}-f{f}",
+            "params": {"property": c, "participants": k, "batch_fraction": f},
+            "auc": auc,
+            "test_accuracy": accuracy,
+            "accuracy": {"plateau": True},
+        }
+        for c, k, f, auc in rows
+    ]
+    return {
+        "property-text": {
+            "runs": runs,
+            "summary": {
+                "auc": {r["label"]: r["auc"] for r in runs},
+                "top_words": {"startrek": ["spock"], "linux": ["kernel"]},
+            },
+            "scale": {"rounds": 3000, "thesis_iterations": 3000},
+            "quick": False,
+        }
+    }
+
+
+def test_table_7_4_rule_gives_the_sweeps_and_gates_on_utility():
+    rows = [
+        ("startrek", 2, 1.0, 1.0),
+        ("linux", 2, 1.0, 0.95),
+        ("startrek", 2, 0.3, 0.97),
+        ("startrek", 2, 0.1, 0.8),
+        ("startrek", 8, 1.0, 0.9),
+    ]
+    finding = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows, 0.85))
+    assert finding.verdict == "reproduced"
+    assert finding.fedleak == (
+        "AUC min 0.950 over 2 categories; startrek at fraction 0.3 0.970; top "
+        "words for 2 categories; startrek AUC 0.800 / 0.970 / 1.000 at fraction "
+        "0.1 / 0.3 / 1; startrek AUC 1.000 / 0.900 at K 2 / 8"
+    )
+    assert finding.utility == "test acc 0.85 (plateau)"
+    assert finding.scale == "3000/3000 it. = 1.00; Debian fortunes for Yelp"
+    assert finding.reason == (
+        "categories inferred (AUC >= 0.9; >= 0.95 at fraction 0.3) with topical "
+        "top words"
+    )
+    # an undertrained main task caps the verdict
+    low = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows, 0.5))
+    assert low.verdict == "partly" and "accuracy 0.50 < 0.6" in low.reason
+    # fraction 0.3 below the seed's 0.95
+    rows[2] = ("startrek", 2, 0.3, 0.94)
+    weak = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows, 0.85))
+    assert (weak.verdict, weak.reason) == (
+        "partly",
+        "startrek at fraction 0.3 0.940 < the seed's 0.95",
+    )
+    rows[0] = ("startrek", 2, 1.0, 0.89)
+    both = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows, 0.85))
+    assert both.reason == (
+        "a category's AUC 0.890 < 0.9; startrek at fraction 0.3 0.940 < the seed's 0.95"
+    )
+    rows[0] = ("startrek", 2, 1.0, 1.0)
+    # a sweep of one point is no sweep: no K series without the K=8 run
+    alone = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows[:4], 0.85))
+    assert alone.fedleak.endswith("at fraction 0.1 / 0.3 / 1")
+    # the seed's bounds are met on the bound; a record without top words
+    rows[1], rows[2] = ("linux", 2, 1.0, 0.9), ("startrek", 2, 0.3, 0.95)
+    edge = _text(rows, 0.85)
+    del edge["property-text"]["summary"]["top_words"]
+    at = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), edge)
+    assert at.verdict == "reproduced"
+    assert "top words for 0 categories" in at.fedleak
+
+
 def _share(
     aucs: list[float],
     shares: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0),

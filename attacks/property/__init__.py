@@ -48,6 +48,7 @@ _WHERE = {
     "load_truth": "scoring",
     "local_update": "gradients",
     "multitask_gradient": "gradients",
+    "recorded_rows": "text",
     "run_text_property_attack": "text",
     "score_series": "classifier",
     "simulate_property": "simulation",

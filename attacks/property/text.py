@@ -12,10 +12,26 @@ available offline:
   ``linux``, ``food``, ...), the stand-in for "written by this author" /
   "reviews this doctor specialty": a topic with its own vocabulary;
 - **model**: an embedding model of :func:`fedleak.models.build_text_model`;
-- **attack features**: the bag of words of the embedding-layer gradient
-  (:func:`fedleak.attacks.property.gradient_features` with ``"bow"``), a
-  logistic regression (the seed's choice for embedding gradients), and the
-  words with the largest positive coefficients (Table 7.4).
+- **attack features**: the bag of words of the embedding-layer update
+  (Ch. 7.1.2: the rows of the words in the batch change), a logistic
+  regression (the seed's choice for embedding gradients), and the words with
+  the largest positive coefficients (Table 7.4).
+
+The bags are the words the float32 model *records*. The observed one is
+read exactly as the membership attack reads it
+(:meth:`fedleak.attacks.membership.EmbeddingMembership.observe`: every row
+that moved beyond what the adversary's own gradient explains, to the ulp).
+The adversary's labelled bags emulate that observation: the rows its
+auxiliary gradient would move in the float32 model the server steps
+(:func:`recorded_rows`). Late in training a word's step falls below float32's
+resolution for many rows, so the recorded bag is smaller than the batch's
+(about a third of the words from round 500 on, startrek at batch 32). Bags
+read with a threshold relative to the update's largest row instead
+(``gradient_features(..., "bow")``, as before this version) lost more words
+than float32 did and, by round 1,500, added words no batch held, while the
+labelled bags lost other words: the classifier was fitted to one
+distribution and scored another, and its AUC at 3,000 rounds fell to
+0.67-0.68 for three of four categories (1.00 at 150 rounds).
 
 :func:`run_text_property_attack` simulates synchronized SGD (seed 000 Alg. 1)
 in-process with ``participants`` parties -- target, adversary and honest
@@ -30,25 +46,31 @@ image datasets only, so the text experiment runs the same protocol here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from fedleak.attacks.membership.embedding import EmbeddingMembership
 from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
-    gradient_features,
     single_batch_auc,
 )
-from fedleak.attacks.property.gradients import derive_sgd_aggregate
 
+from fedleak.curves import summarise_curve
 from fedleak.errors import ConfigError, DataError
+
+CURVE_POINTS = 40
+"""Test-accuracy evaluations spread evenly over a run (the last round among
+them): 8 a fifth for :func:`fedleak.curves.summarise_curve`'s plateau."""
 
 __all__ = [
     "DEFAULT_TEXT_CATEGORIES",
     "TextAttackResult",
     "TextPropertyTask",
     "fortunes_property_task",
+    "recorded_rows",
     "run_text_property_attack",
 ]
 
@@ -166,6 +188,7 @@ class TextAttackResult:
     batch_fraction: float
     scores: np.ndarray
     truth: np.ndarray
+    accuracy_curve: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON-serialisable fields (scores and truth as lists)."""
@@ -178,6 +201,7 @@ class TextAttackResult:
             "rounds": self.rounds,
             "participants": self.participants,
             "batch_fraction": self.batch_fraction,
+            "accuracy_curve": self.accuracy_curve,
         }
 
 
@@ -260,11 +284,14 @@ def _auxiliary_pair(
     batch_size: int,
     batch_fraction: float,
     embedding: np.ndarray,
+    learning_rate: float,
 ) -> list[tuple[int, np.ndarray]]:
     """Alg. 7 lines 6-9 at the current model: one labelled pair of features.
 
     The others' aggregate is emulated with ``participants - 1`` batches of
-    the adversary's records, one with the property (label 1) or none (0).
+    the adversary's records, one with the property (label 1) or none (0);
+    its features are the rows that aggregate would move in the float32
+    ``embedding`` (:func:`recorded_rows`).
     """
     shared = [
         _draw(rng, parties.adv_with, parties.adv_without, batch_size, 0.0)
@@ -283,8 +310,24 @@ def _auxiliary_pair(
         for start in range(0, ids.size, batch_size):
             part = slice(start, start + batch_size)
             g += _gradient(model, x_aux[part], task.y_train[ids][part])[_EMBEDDING]
-        pair.append((label, gradient_features({_EMBEDDING: g}, "bow")))
+        pair.append((label, recorded_rows(embedding, g, learning_rate)))
     return pair
+
+
+def recorded_rows(
+    embedding: np.ndarray, gradient: np.ndarray, learning_rate: float
+) -> np.ndarray:
+    """Return 1.0 for each row a sync-SGD step on ``gradient`` moves, else 0.0.
+
+    The step is :func:`_server_step`'s, ``embedding - float32(lr * gradient)``
+    in float32: a row counts when float32 records a change in any of its
+    entries, so a word whose step is below half an ulp of its parameters is
+    left out, as it is from what an observer of the model sees.
+    """
+    start = np.asarray(embedding, dtype=np.float32)
+    step = np.asarray(learning_rate * np.asarray(gradient), dtype=np.float32)
+    moved = (start - step != start).any(axis=1)
+    return np.where(moved, 1.0, 0.0)
 
 
 def _server_step(
@@ -314,14 +357,16 @@ def _play_round(
     target_fraction: float,
     aux_fraction: float,
     learning_rate: float,
+    reader: EmbeddingMembership,
 ) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """One synchronized-SGD round with the passive adversary observing.
 
     Every party uploads the gradient of one batch (the target's has the
     property in ``target_fraction``), the adversary computes its labelled
     auxiliary pair at the current model, the server steps, and the adversary
-    derives the others' summed gradient from the two models (Ch. 7.1.2).
-    Returns the pair and the features of that observation.
+    reads the others' bag of words from the two models and its own gradient
+    (Ch. 7.1.2, with ``reader``'s exact residual test). Returns the pair and
+    the observation's features (1.0 for each word of the bag).
     """
     before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
     batch = _draw(
@@ -335,17 +380,52 @@ def _play_round(
         b = rng.choice(honest, size=batch_size, replace=False)
         uploads.append(_gradient(model, task.x_train[b], task.y_train[b]))
     pair = _auxiliary_pair(
-        model, task, parties, rng, batch_size, aux_fraction, before[_EMBEDDING]
-    )
-    _server_step(model, uploads, learning_rate)
-    after = {n: p.detach().numpy() for n, p in model.named_parameters()}
-    others = derive_sgd_aggregate(
-        {_EMBEDDING: before[_EMBEDDING]},
-        {_EMBEDDING: after[_EMBEDDING]},
-        {_EMBEDDING: own[_EMBEDDING]},
+        model,
+        task,
+        parties,
+        rng,
+        batch_size,
+        aux_fraction,
+        before[_EMBEDDING],
         learning_rate,
     )
-    return pair, gradient_features(others, "bow")
+    _server_step(model, uploads, learning_rate)
+    start, end = before[_EMBEDDING], model.get_parameter(_EMBEDDING).detach().numpy()
+    bag = reader.observe(
+        end.astype(np.float64) - start, own=own[_EMBEDDING], parameters=(start, end)
+    )
+    seen = np.zeros(start.shape[0])
+    seen[bag] = 1.0
+    return pair, seen
+
+
+def _test_accuracy(model: torch.nn.Module, task: TextPropertyTask) -> float:
+    """Return the main task's test accuracy (eval mode: draws no random number)."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.from_numpy(task.x_test))
+    model.train(was_training)
+    return float((logits.argmax(1).numpy() == task.y_test).mean())
+
+
+def _accuracy_recorder(
+    model: torch.nn.Module, task: TextPropertyTask, rounds: int
+) -> tuple[Callable[[int], None], list[tuple[int, float]]]:
+    """Return a callback measuring test accuracy at :data:`CURVE_POINTS` rounds.
+
+    The ``(round, accuracy)`` points, the last round among them, land in the
+    returned list; :func:`fedleak.curves.summarise_curve` judges from them
+    whether the main task had stopped improving (its plateau).
+    """
+    every = max(rounds // CURVE_POINTS, 1)
+    points: list[tuple[int, float]] = []
+
+    def record(t: int) -> None:
+        if t % every == 0 or t == rounds:
+            points.append((t, _test_accuracy(model, task)))
+
+    return record, points
 
 
 def _run_rounds(
@@ -359,12 +439,18 @@ def _run_rounds(
     batch_size: int,
     batch_fraction: float,
     learning_rate: float,
+    after_round: Callable[[int], None] | None = None,
 ) -> tuple[list[np.ndarray], list[int], list[np.ndarray], list[int]]:
-    """Play ``rounds`` rounds: auxiliary features and labels, observations, truth."""
+    """Play ``rounds`` rounds: auxiliary features and labels, observations, truth.
+
+    ``after_round(t)`` is called after round ``t`` (from 1) with the model
+    stepped; it must draw from no random stream.
+    """
     observed: list[np.ndarray] = []
     truth: list[int] = []
     aux: list[np.ndarray] = []
     labels: list[int] = []
+    reader = EmbeddingMembership(len(task.words))
     for server_round in range(1, rounds + 1):
         has = server_round % property_every == 0
         pair, seen = _play_round(
@@ -376,12 +462,15 @@ def _run_rounds(
             target_fraction=batch_fraction if has else 0.0,
             aux_fraction=batch_fraction,
             learning_rate=learning_rate,
+            reader=reader,
         )
         for label, features in pair:
             aux.append(features)
             labels.append(label)
         observed.append(seen)
         truth.append(int(has))
+        if after_round is not None:
+            after_round(server_round)
     return aux, labels, observed, truth
 
 
@@ -445,12 +534,9 @@ def run_text_property_attack(
     torch.manual_seed(seed)
     parties = _split_parties(task, prop, participants, rng)
     model = build_text_model(
-        model_name,
-        len(task.words),
-        2,
-        seed=seed,
-        embedding_dim=embedding_dim,
+        model_name, len(task.words), 2, seed=seed, embedding_dim=embedding_dim
     )
+    after_round, points = _accuracy_recorder(model, task, rounds)
     aux, labels, observed, truth = _run_rounds(
         model,
         task,
@@ -461,15 +547,14 @@ def run_text_property_attack(
         batch_size=batch_size,
         batch_fraction=batch_fraction,
         learning_rate=learning_rate,
+        after_round=after_round,
     )
     clf = BatchPropertyClassifier(kind="logistic", random_state=seed)
     scores = clf.fit(np.stack(aux), np.asarray(labels)).property_scores(
         np.stack(observed)
     )
     top = tuple(task.words[i] for i in clf.top_features(top_k))
-    with torch.no_grad():
-        logits = model(torch.from_numpy(task.x_test))
-        accuracy = float((logits.argmax(1).numpy() == task.y_test).mean())
+    accuracy = _test_accuracy(model, task)
     correlation = float(
         np.corrcoef(task.y_train, (task.c_train == prop).astype(float))[0, 1]
     )
@@ -484,4 +569,5 @@ def run_text_property_attack(
         batch_fraction=batch_fraction,
         scores=scores,
         truth=np.asarray(truth),
+        accuracy_curve=summarise_curve(points),
     )

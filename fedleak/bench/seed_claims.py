@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 15
+CLAIMS_VERSION: Final = 16
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -737,6 +737,26 @@ def _table_7_3(records: Records) -> Finding:
     )
 
 
+def _text_sweeps(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Give the startrek AUCs against the fraction and against K (Figs. 7.4b, 7.7b)."""
+    startrek = [r for r in runs if r["params"]["property"] == "startrek"]
+    parts = []
+    for key, fixed, name in (
+        ("batch_fraction", ("participants", 2), "fraction"),
+        ("participants", ("batch_fraction", 1.0), "K"),
+    ):
+        sweep = sorted(
+            (r["params"][key], float(r["auc"]))
+            for r in startrek
+            if r["params"][fixed[0]] == fixed[1]
+        )
+        if len(sweep) > 1:
+            values = [v for _, v in sweep]
+            at = " / ".join(f"{k:g}" for k, _ in sweep)
+            parts.append(f"startrek AUC {_series(values)} at {name} {at}")
+    return "".join(f"; {p}" for p in parts)
+
+
 def _table_7_4(records: Records) -> Finding:
     rec = records["property-text"]
     aucs = rec["summary"]["auc"]
@@ -745,18 +765,21 @@ def _table_7_4(records: Records) -> Finding:
     f03 = aucs.get("startrek-K2-f0.3")
     words = rec["summary"].get("top_words", {})
     topical = sum(1 for w in words.values() if w)
-    ok = low >= 0.9 and (f03 is None or f03 >= 0.95)
-    verdict: Verdict = "reproduced" if ok else "partly"
-    reason = (
+    misses = []
+    if low < 0.9:
+        misses.append(f"a category's AUC {_f(low)} < 0.9")
+    if f03 is not None and f03 < 0.95:
+        misses.append(f"startrek at fraction 0.3 {_f(f03)} < the seed's 0.95")
+    verdict: Verdict = "partly" if misses else "reproduced"
+    reason = "; ".join(misses) or (
         "categories inferred (AUC >= 0.9; >= 0.95 at fraction 0.3) with topical "
         "top words"
-        if ok
-        else "some categories below the seed's AUC"
     )
-    return Finding(
+    return _property_finding(
         f"AUC min {_f(low)} over {len(full)} categories; startrek at fraction "
-        f"0.3 {_f(f03)}; top words for {topical} categories",
-        "not recorded (main task unused by the attack)",
+        f"0.3 {_f(f03)}; top words for {topical} categories"
+        + _text_sweeps(rec["runs"]),
+        rec["runs"],
         _property_scale(rec) + "; Debian fortunes for Yelp",
         verdict,
         reason,
