@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fedleak.curves import PLATEAU_TOLERANCE, run_curve, summarise_curve
+from fedleak.curves import (
+    CURVE_POINTS,
+    PLATEAU_TOLERANCE,
+    evaluation_interval,
+    run_curve,
+    summarise_curve,
+)
 
 
 def test_a_curve_still_rising_in_its_last_fifths_is_no_plateau() -> None:
@@ -99,3 +105,11 @@ def test_run_curve_reads_the_rounds_the_server_evaluated() -> None:
     }
     assert run_curve(long)["rounds"] == [0, 25, 29]
     assert run_curve({"status": "completed"})["plateau"] is None
+
+
+@pytest.mark.parametrize(
+    ("rounds", "every"), [(1, 1), (39, 1), (80, 2), (85, 2), (3000, 75), (3001, 75)]
+)
+def test_a_run_evaluates_at_curve_points_rounds(rounds: int, every: int) -> None:
+    assert CURVE_POINTS == 40  # 8 a fifth: one dip moves a fifth's mean little
+    assert evaluation_interval(rounds) == every

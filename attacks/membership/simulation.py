@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedleak.curves import summarise_curve
+from fedleak.curves import CURVE_POINTS, evaluation_interval, summarise_curve
 from fedleak.data.text import TextDataset
 from fedleak.defenses import (
     EMBEDDING_KEY,
@@ -121,14 +121,6 @@ class MembershipSetup:
     participant_noise: float | None = None
     participant_clip: float = 1.0
     delta: float = 1e-5
-
-
-CURVE_POINTS = 40
-"""Test-accuracy evaluations spread evenly over a run (the last round among
-them), from which :func:`fedleak.curves.summarise_curve` judges the plateau:
-8 a fifth. With 20 (4 a fifth) one evaluation's dip at the plateau (0.81
-among 0.90-0.93 at the last round of the vocabulary-300 run) moved its
-fifth's mean by 0.03, more than the tolerance."""
 
 
 @dataclass(frozen=True)
@@ -423,7 +415,7 @@ def accuracy_recorder(
     only needs the architecture: the parameters are loaded into it. It is
     evaluated in eval mode, so no random stream is drawn from.
     """
-    every = max(rounds // CURVE_POINTS, 1)
+    every = evaluation_interval(rounds)
     points: list[tuple[int, float]] = []
 
     def record(t: int, params: dict[str, np.ndarray]) -> None:

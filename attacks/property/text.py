@@ -58,12 +58,8 @@ from fedleak.attacks.property.classifier import (
     single_batch_auc,
 )
 
-from fedleak.curves import summarise_curve
+from fedleak.curves import evaluation_interval, summarise_curve
 from fedleak.errors import ConfigError, DataError
-
-CURVE_POINTS = 40
-"""Test-accuracy evaluations spread evenly over a run (the last round among
-them): 8 a fifth for :func:`fedleak.curves.summarise_curve`'s plateau."""
 
 __all__ = [
     "DEFAULT_TEXT_CATEGORIES",
@@ -412,13 +408,15 @@ def _test_accuracy(model: torch.nn.Module, task: TextPropertyTask) -> float:
 def _accuracy_recorder(
     model: torch.nn.Module, task: TextPropertyTask, rounds: int
 ) -> tuple[Callable[[int], None], list[tuple[int, float]]]:
-    """Return a callback measuring test accuracy at :data:`CURVE_POINTS` rounds.
+    """Return a callback measuring test accuracy at evenly spread rounds.
 
-    The ``(round, accuracy)`` points, the last round among them, land in the
+    :data:`fedleak.curves.CURVE_POINTS` of them
+    (:func:`fedleak.curves.evaluation_interval`). The ``(round, accuracy)``
+    points, the last round among them, land in the
     returned list; :func:`fedleak.curves.summarise_curve` judges from them
     whether the main task had stopped improving (its plateau).
     """
-    every = max(rounds // CURVE_POINTS, 1)
+    every = evaluation_interval(rounds)
     points: list[tuple[int, float]] = []
 
     def record(t: int) -> None:

@@ -26,11 +26,10 @@ import torch
 
 from fedleak.attacks.membership.false_flags import false_flags_by_size
 from fedleak.attacks.membership.simulation import (
-    CURVE_POINTS,
     MembershipSetup,
     model_auc,
 )
-from fedleak.curves import run_curve
+from fedleak.curves import evaluation_interval, run_curve
 from fedleak.errors import ConfigError
 
 __all__ = ["FLOWER_DATASETS", "flower_membership_config", "run_flower_membership"]
@@ -92,7 +91,7 @@ def flower_membership_config(
         "client": {"batch_size": setup.batch_size},
         "federation": {"num_clients": 2},
         # the server's test accuracy at CURVE_POINTS rounds: the plateau
-        "evaluation": {"server": True, "every": max(rounds // CURVE_POINTS, 1)},
+        "evaluation": {"server": True, "every": evaluation_interval(rounds)},
         "adversary": {"kind": "embedding-membership", "partition": 1},
     }
     return validate(raw, "bench membership --engine flower", "generated")
