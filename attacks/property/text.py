@@ -364,7 +364,7 @@ def _play_round(
     (Ch. 7.1.2, with ``reader``'s exact residual test). Returns the pair and
     the observation's features (1.0 for each word of the bag).
     """
-    before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    start = model.get_parameter(_EMBEDDING).detach().numpy().copy()
     batch = _draw(
         rng, parties.target_with, parties.target_without, batch_size, target_fraction
     )
@@ -376,17 +376,10 @@ def _play_round(
         b = rng.choice(honest, size=batch_size, replace=False)
         uploads.append(_gradient(model, task.x_train[b], task.y_train[b]))
     pair = _auxiliary_pair(
-        model,
-        task,
-        parties,
-        rng,
-        batch_size,
-        aux_fraction,
-        before[_EMBEDDING],
-        learning_rate,
+        model, task, parties, rng, batch_size, aux_fraction, start, learning_rate
     )
     _server_step(model, uploads, learning_rate)
-    start, end = before[_EMBEDDING], model.get_parameter(_EMBEDDING).detach().numpy()
+    end = model.get_parameter(_EMBEDDING).detach().numpy()
     bag = reader.observe(
         end.astype(np.float64) - start, own=own[_EMBEDDING], parameters=(start, end)
     )
@@ -396,13 +389,19 @@ def _play_round(
 
 
 def _test_accuracy(model: torch.nn.Module, task: TextPropertyTask) -> float:
-    """Return the main task's test accuracy (eval mode: draws no random number)."""
+    """Return the main task's test accuracy, leaving the model's mode as it was.
+
+    :func:`fedleak.training.evaluate` switches to eval mode (no dropout draw).
+    """
+    from fedleak.training import evaluate
+
     was_training = model.training
-    model.eval()
     with torch.no_grad():
-        logits = model(torch.from_numpy(task.x_test))
+        result = evaluate(
+            model, torch.from_numpy(task.x_test), torch.from_numpy(task.y_test)
+        )
     model.train(was_training)
-    return float((logits.argmax(1).numpy() == task.y_test).mean())
+    return result.accuracy
 
 
 def _accuracy_recorder(
