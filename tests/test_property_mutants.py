@@ -1330,6 +1330,30 @@ def test_the_text_attack_defaults(monkeypatch):
     np.testing.assert_array_equal(seeded.scores, result.scores)
 
 
+def test_the_text_attack_default_rounds_and_step(monkeypatch):
+    """300 rounds at ``lr = 0.3`` unless told; the cross-validation gets the seed."""
+    task = _text_task(records_per_category=22)
+    rates: list[float] = []
+    step = text._server_step
+
+    def spy_step(model: Any, uploads: Any, learning_rate: float) -> None:
+        rates.append(learning_rate)
+        step(model, uploads, learning_rate)
+
+    seeds: list[int] = []
+
+    def spy_cv(features: np.ndarray, labels: np.ndarray, **kwargs: Any) -> float:
+        seeds.append(kwargs["seed"])
+        return 0.5
+
+    monkeypatch.setattr(text, "_server_step", spy_step)
+    monkeypatch.setattr(text, "auxiliary_cv_auc", spy_cv)
+    result = text.run_text_property_attack(task, "space", seed=3, cross_validate=True)
+    assert result.rounds == 300 and len(rates) == 300
+    assert set(rates) == {0.3}
+    assert (seeds, result.auxiliary_cv_auc) == ([3], 0.5)
+
+
 def test_single_class_truth_names_the_schedule_to_check():
     with pytest.raises(
         DataError,

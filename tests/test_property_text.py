@@ -95,10 +95,19 @@ def test_the_attack_finds_the_category_and_its_words(tmp_path):
     assert result.truth.tolist() == [0, 1] * 8
     # fewer rounds than CURVE_POINTS: the accuracy after every one of them
     assert result.accuracy_curve["rounds"] == list(range(1, 17))
+    assert result.auxiliary_cv_auc is None  # not asked for
     again = run_text_property_attack(
-        task, "space", rounds=16, batch_size=8, embedding_dim=8, seed=1
+        task,
+        "space",
+        rounds=16,
+        batch_size=8,
+        embedding_dim=8,
+        seed=1,
+        cross_validate=True,
     )
     np.testing.assert_array_equal(again.scores, result.scores)
+    # the adversary's own bags of this distinct category separate under CV
+    assert again.auxiliary_cv_auc is not None and again.auxiliary_cv_auc > 0.9
     with pytest.raises(ConfigError):
         run_text_property_attack(task, "space", participants=1)
 
@@ -142,6 +151,7 @@ def test_the_result_serialises_its_summary():
         batch_fraction=0.25,
         scores=np.array([0.1, 0.9]),
         truth=np.array([0, 1]),
+        auxiliary_cv_auc=0.97,
     )
     assert result.to_json() == {
         "property": "space",
@@ -153,6 +163,7 @@ def test_the_result_serialises_its_summary():
         "participants": 3,
         "batch_fraction": 0.25,
         "accuracy_curve": {},
+        "auxiliary_cv_auc": 0.97,
     }
 
 

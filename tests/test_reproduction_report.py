@@ -13,6 +13,7 @@ import pytest
 from fedleak.bench import find_benchmark, seed_claims
 from fedleak.bench.report import load_records, render_report
 from fedleak.bench.seed_claims import CLAIMS, assess, auc_standard_error, monotone
+from fedleak.bench.text_steps import text_label
 from fedleak.errors import DataError
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -121,18 +122,26 @@ def test_property_findings_give_and_gate_on_the_plateau():
     assert (finding.verdict, finding.utility) == ("reproduced", "test acc 0.80")
 
 
-def _text(rows: list[tuple[str, int, float, float]], accuracy: float) -> dict:
-    """A property-text record: (category, K, fraction, AUC) per run."""
-    runs = [
-        {
-            "label": f"{c}-K{k}-f{f}",
-            "params": {"property": c, "participants": k, "batch_fraction": f},
-            "auc": auc,
-            "test_accuracy": accuracy,
-            "accuracy": {"plateau": True},
-        }
-        for c, k, f, auc in rows
-    ]
+def _text(rows: list[tuple], accuracy: float) -> dict:
+    """A property-text record: (category, K, fraction, AUC[, lr]) per run.
+
+    Runs without an ``lr`` carry no ``learning_rate``, as records made before
+    the K sweep held ``lr * K`` (they ran at the two-party 0.3).
+    """
+    runs = []
+    for c, k, f, auc, *rate in rows:
+        params = {"property": c, "participants": k, "batch_fraction": f}
+        if rate:
+            params["learning_rate"] = rate[0]
+        runs.append(
+            {
+                "label": text_label(params),
+                "params": params,
+                "auc": auc,
+                "test_accuracy": accuracy,
+                "accuracy": {"plateau": True},
+            }
+        )
     return {
         "property-text": {
             "runs": runs,
@@ -152,14 +161,14 @@ def test_table_7_4_rule_gives_the_sweeps_and_gates_on_utility():
         ("linux", 2, 1.0, 0.95),
         ("startrek", 2, 0.3, 0.97),
         ("startrek", 2, 0.1, 0.8),
-        ("startrek", 8, 1.0, 0.9),
+        ("startrek", 8, 1.0, 0.9, 0.075),
     ]
     finding = assess(_claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)"), _text(rows, 0.85))
     assert finding.verdict == "reproduced"
     assert finding.fedleak == (
         "AUC min 0.950 over 2 categories; startrek at fraction 0.3 0.970; top "
         "words for 2 categories; startrek AUC 0.800 / 0.970 / 1.000 at fraction "
-        "0.1 / 0.3 / 1; startrek AUC 1.000 / 0.900 at K 2 / 8"
+        "0.1 / 0.3 / 1; startrek AUC 1.000 / 0.900 at K 2 / 8 (lr = 0.6 / K)"
     )
     assert finding.utility == "test acc 0.85 (plateau)"
     assert finding.scale == "3000/3000 it. = 1.00; Debian fortunes for Yelp"
@@ -2636,3 +2645,68 @@ def test_membership_rows_say_whether_their_model_had_plateaued():
     finding = assess(_claim("000 Table 7.2, 3,000 iterations"), record)
     assert finding.verdict == "reproduced"
     assert finding.utility.startswith("checkins: model acc 0.88 (plateau), ")
+
+
+def test_table_7_4_k_sweep_holds_the_summed_step_and_reports_the_literal_run():
+    claim = _claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)")
+    rows = [
+        ("startrek", 2, 1.0, 1.0, 0.3),
+        ("linux", 2, 1.0, 0.99, 0.3),
+        ("startrek", 2, 0.3, 0.96, 0.3),
+        ("startrek", 4, 1.0, 0.98, 0.15),
+        ("startrek", 8, 1.0, 0.7, 0.075),
+        ("startrek", 8, 1.0, 0.6, 0.3),
+        ("startrek", 3, 1.0, 0.65, 0.1),  # off the sweep: lr * K = 0.3
+        ("startrek", 2, 0.5, 0.75, 0.1),  # not the fraction sweep's lr
+    ]
+    record = _text(rows, 0.85)
+    runs = record["property-text"]["runs"]
+    runs[5]["test_accuracy"] = 0.55
+    finding = assess(claim, record)
+    assert finding.fedleak.endswith(
+        "startrek AUC 0.960 / 1.000 at fraction 0.3 / 1; "
+        "startrek AUC 1.000 / 0.980 / 0.700 at K 2 / 4 / 8 (lr = 0.6 / K); "
+        "K = 8 at lr 0.3 (lr * K = 2.4): AUC 0.600, model acc 0.55; "
+        "K = 3 at lr 0.1 (lr * K = 0.3): AUC 0.650, model acc 0.85"
+    )
+    # the literal run documents the choice and does not gate the verdict
+    assert (finding.verdict, finding.utility) == (
+        "reproduced",
+        "test acc 0.85 (plateau)",
+    )
+    # a held-step run that trains poorly does gate it
+    runs[4]["test_accuracy"] = 0.55
+    gated = assess(claim, record)
+    assert gated.verdict == "partly" and "accuracy 0.55 < 0.6" in gated.reason
+
+
+def test_table_7_4_miss_at_fraction_0_3_gives_its_diagnosis():
+    claim = _claim("000 Table 7.4, Figs. 7.4(b), 7.7(b)")
+    rows = [("startrek", 2, 1.0, 1.0), ("startrek", 2, 0.3, 0.91)]
+    record = _text(rows, 0.85)
+    plain = assess(claim, record)
+    assert plain.reason == "startrek at fraction 0.3 0.910 < the seed's 0.95"
+    run = record["property-text"]["runs"][1]
+    run["auc_by_fifth"] = [0.95, 0.93, 0.9, 0.9, None]
+    run["auxiliary_cv_auc"] = 0.99
+    told = assess(claim, record)
+    assert told.reason == (
+        "startrek at fraction 0.3 0.910 < the seed's 0.95 (AUC by fifth of the "
+        "rounds 0.950 / 0.930 / 0.900 / 0.900 / n/a; the classifier separates "
+        "the adversary's own held-out bags at cross-validated AUC 0.990)"
+    )
+    run.pop("auc_by_fifth")
+    assert (
+        told.reason.replace(
+            "AUC by fifth of the rounds 0.950 / 0.930 / 0.900 / 0.900 / n/a; ", ""
+        )
+        == assess(claim, record).reason
+    )
+    # the fifths alone, and a record whose fraction run is another one's
+    run["auc_by_fifth"], run["auxiliary_cv_auc"] = [0.9] * 5, None
+    assert assess(claim, record).reason.endswith(
+        "(AUC by fifth of the rounds 0.900 / 0.900 / 0.900 / 0.900 / 0.900)"
+    )
+    run["params"]["participants"] = 3
+    record["property-text"]["summary"]["auc"]["startrek-K2-f0.3"] = 0.91
+    assert assess(claim, record).reason == plain.reason

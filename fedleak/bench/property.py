@@ -35,6 +35,10 @@ Experiments (thesis figure in brackets):
     the Yelp analogue on Debian's fortunes (Table 7.4, Figs. 7.4(b) and
     7.7(b)): embedding-gradient bags of words, logistic regression, the top
     words per property (:mod:`fedleak.attacks.property.text`, in-process).
+    The K sweep holds ``lr * K`` at the two-party run's 0.6 and K = 8 also
+    runs at the two-party ``lr`` (:data:`fedleak.bench.text_steps.TEXT_SUMMED_STEP`
+    says why); every row gives its AUC per fifth of the rounds and the
+    classifier's cross-validated AUC on the adversary's own bags.
 
 The thesis trains for 500-3,000 iterations; ``scale`` in the JSON records
 the rounds used against the thesis' (the text experiment runs its 3,000 by
@@ -86,6 +90,13 @@ from .console import fmt, say, written
 from .console import out as console
 from .options import OutOption, SeedOption, VerboseOption
 from .record import BenchRecord, record_path
+from .text_steps import (
+    TEXT_SUMMED_STEP,
+    TEXT_TWO_PARTY_LEARNING_RATE,
+    on_text_k_sweep,
+    text_label,
+    text_learning_rate,
+)
 
 __all__ = [
     "EXPERIMENTS",
@@ -848,28 +859,36 @@ def _phase_medians(row: dict[str, Any], join: int, prefix: str) -> dict[str, Any
     }
 
 
+def _text_params(
+    category: str, participants: int, fraction: float, learning_rate: float
+) -> tuple[str, dict[str, Any]]:
+    return (
+        category,
+        {
+            "property": category,
+            "participants": participants,
+            "batch_fraction": fraction,
+            "learning_rate": learning_rate,
+        },
+    )
+
+
 def _text_plan(s: _Settings) -> list[tuple[str, dict[str, Any]]]:
-    """Return the text runs, (category, params): Table 7.4, Figs. 7.4(b), 7.7(b)."""
+    """Return the text runs, (category, params): Table 7.4, Figs. 7.4(b), 7.7(b).
+
+    Two-party runs of every category, the fraction sweep and the K sweep of
+    startrek (``lr = TEXT_SUMMED_STEP / K``), and K = 8 at the two-party
+    ``lr`` (:data:`TEXT_SUMMED_STEP` says why).
+    """
+    two_party = TEXT_TWO_PARTY_LEARNING_RATE
     categories = ["startrek"] if s.quick else ["startrek", "linux", "food", "love"]
-    plan: list[tuple[str, dict[str, Any]]] = [
-        (c, {"property": c, "participants": 2, "batch_fraction": 1.0})
-        for c in categories
-    ]
+    plan = [_text_params(c, 2, 1.0, two_party) for c in categories]
     if not s.quick:
+        plan += [_text_params("startrek", 2, f, two_party) for f in (0.1, 0.3, 0.5)]
         plan += [
-            (
-                "startrek",
-                {"property": "startrek", "participants": 2, "batch_fraction": f},
-            )
-            for f in (0.1, 0.3, 0.5)
+            _text_params("startrek", k, 1.0, text_learning_rate(k)) for k in (4, 8)
         ]
-        plan += [
-            (
-                "startrek",
-                {"property": "startrek", "participants": k, "batch_fraction": 1.0},
-            )
-            for k in (4, 8)
-        ]
+        plan.append(_text_params("startrek", 8, 1.0, two_party))
     return plan
 
 
@@ -879,7 +898,7 @@ def _text_row(
     """Run the in-process text attack of one plan entry; return its JSON row."""
     from fedleak.attacks.property.text import run_text_property_attack
 
-    label = f"{category}-K{params['participants']}-f{params['batch_fraction']}"
+    label = text_label(params)
     s.say(f"text: {label} ({rounds} rounds)")
     started = time.perf_counter()
     result = run_text_property_attack(
@@ -888,7 +907,9 @@ def _text_row(
         rounds=rounds,
         participants=params["participants"],
         batch_fraction=params["batch_fraction"],
+        learning_rate=params["learning_rate"],
         seed=s.seed,
+        cross_validate=True,
     )
     wall = time.perf_counter() - started
     s.say(f"  AUC {result.auc:.3f}, top words {', '.join(result.top_words)}")
@@ -905,12 +926,29 @@ def _text_row(
         "median_round_s": wall / rounds,
         "test_accuracy": result.test_accuracy,
         "accuracy": result.accuracy_curve,
+        "auxiliary_cv_auc": result.auxiliary_cv_auc,
+        "auc_by_fifth": auc_by_fifth(result.truth, result.scores),
         "series": {
             "rounds": list(range(1, rounds + 1)),
             "scores": [float(x) for x in result.scores],
         },
         "truth": [int(t) for t in result.truth],
     }
+
+
+def auc_by_fifth(truth: np.ndarray, scores: np.ndarray) -> list[float | None]:
+    """Return the single-batch AUC over each fifth of the rounds, in order.
+
+    None for a fifth that lacks one of the two kinds of batch.
+    """
+    out: list[float | None] = []
+    for part in np.array_split(np.arange(len(truth)), 5):
+        labels = np.asarray(truth)[part]
+        if np.unique(labels).size < 2:
+            out.append(None)
+        else:
+            out.append(single_batch_auc(labels, np.asarray(scores)[part]))
+    return out
 
 
 def _two_party_full_batch(row: dict[str, Any]) -> bool:
@@ -945,8 +983,19 @@ def _plot_text_words(
 def _plot_text_sweeps(s: _Settings, rows: list[dict[str, Any]]) -> list[str]:
     """AUC vs fraction and vs participants of the startrek runs (Figs. 7.4b, 7.7b)."""
     startrek = [r for r in rows if r["params"]["property"] == "startrek"]
-    fractions = [r for r in startrek if r["params"]["participants"] == 2]
-    parties = [r for r in startrek if r["params"]["batch_fraction"] == 1.0]
+    fractions = [
+        r
+        for r in startrek
+        if r["params"]["participants"] == 2
+        and r["params"]["learning_rate"] == TEXT_TWO_PARTY_LEARNING_RATE
+    ]
+    held = [r for r in startrek if on_text_k_sweep(r["params"])]
+    literal = [
+        r
+        for r in startrek
+        if r["params"]["batch_fraction"] == 1.0
+        and r["params"]["learning_rate"] == TEXT_TWO_PARTY_LEARNING_RATE
+    ]
     return [
         _plot_lines(
             s,
@@ -966,10 +1015,14 @@ def _plot_text_sweeps(s: _Settings, rows: list[dict[str, Any]]) -> list[str]:
             "fortunes (startrek): AUC vs participants",
             "participants K",
             {
-                "plain": (
-                    [r["params"]["participants"] for r in parties],
-                    [r["auc"] for r in parties],
-                )
+                f"lr = {TEXT_SUMMED_STEP:g} / K": (
+                    [r["params"]["participants"] for r in held],
+                    [r["auc"] for r in held],
+                ),
+                f"lr = {TEXT_TWO_PARTY_LEARNING_RATE:g}": (
+                    [r["params"]["participants"] for r in literal],
+                    [r["auc"] for r in literal],
+                ),
             },
         ),
     ]

@@ -36,6 +36,7 @@ from typing import Any, Final, Literal
 
 from ..curves import PLATEAU_TOLERANCE
 from .table_4_1 import THESIS_TABLE_4_1
+from .text_steps import TEXT_SUMMED_STEP, TEXT_TWO_PARTY_LEARNING_RATE, on_text_k_sweep
 
 __all__ = [
     "CLAIMS",
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 16
+CLAIMS_VERSION: Final = 17
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -737,27 +738,87 @@ def _table_7_3(records: Records) -> Finding:
     )
 
 
+def _text_rate(run: Mapping[str, Any]) -> float:
+    return float(run["params"].get("learning_rate", TEXT_TWO_PARTY_LEARNING_RATE))
+
+
+def _text_literal_k(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Return the multi-party startrek runs off the K sweep (another ``lr * K``)."""
+    return [
+        r
+        for r in runs
+        if r["params"]["property"] == "startrek"
+        and r["params"]["participants"] > 2
+        and not on_text_k_sweep(r["params"])
+    ]
+
+
 def _text_sweeps(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Give the startrek AUCs against the fraction and against K (Figs. 7.4b, 7.7b)."""
+    """Give the startrek AUCs against the fraction and against K (Figs. 7.4b, 7.7b).
+
+    The K sweep holds ``lr * K`` (:data:`TEXT_SUMMED_STEP`); a run at the
+    two-party ``lr`` with more parties is given apart, with its utility.
+    """
     startrek = [r for r in runs if r["params"]["property"] == "startrek"]
+    fractions = [
+        r
+        for r in startrek
+        if r["params"]["participants"] == 2
+        and _text_rate(r) == TEXT_TWO_PARTY_LEARNING_RATE
+    ]
+    sweeps = (
+        ("batch_fraction", fractions, "fraction"),
+        ("participants", [r for r in startrek if on_text_k_sweep(r["params"])], "K"),
+    )
     parts = []
-    for key, fixed, name in (
-        ("batch_fraction", ("participants", 2), "fraction"),
-        ("participants", ("batch_fraction", 1.0), "K"),
-    ):
-        sweep = sorted(
-            (r["params"][key], float(r["auc"]))
-            for r in startrek
-            if r["params"][fixed[0]] == fixed[1]
-        )
+    for key, chosen, name in sweeps:
+        sweep = sorted((r["params"][key], float(r["auc"])) for r in chosen)
         if len(sweep) > 1:
             values = [v for _, v in sweep]
             at = " / ".join(f"{k:g}" for k, _ in sweep)
-            parts.append(f"startrek AUC {_series(values)} at {name} {at}")
+            held = f" (lr = {TEXT_SUMMED_STEP:g} / K)" if name == "K" else ""
+            parts.append(f"startrek AUC {_series(values)} at {name} {at}{held}")
+    parts += [
+        f"K = {r['params']['participants']} at lr {_text_rate(r):g} (lr * K = "
+        f"{_text_rate(r) * r['params']['participants']:g}): AUC {_f(r['auc'])}, "
+        f"model acc {_f(r.get('test_accuracy'), 2)}"
+        for r in _text_literal_k(startrek)
+    ]
     return "".join(f"; {p}" for p in parts)
 
 
+def _text_fraction_diagnosis(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Say how the startrek fraction-0.3 run's AUC moves and what bounds it."""
+    run = next(
+        (
+            r
+            for r in runs
+            if r["params"]["property"] == "startrek"
+            and r["params"]["participants"] == 2
+            and r["params"]["batch_fraction"] == 0.3
+        ),
+        None,
+    )
+    if run is None:
+        return ""
+    parts = []
+    if run.get("auc_by_fifth"):
+        parts.append(f"AUC by fifth of the rounds {_series(run['auc_by_fifth'])}")
+    if run.get("auxiliary_cv_auc") is not None:
+        parts.append(
+            "the classifier separates the adversary's own held-out bags at "
+            f"cross-validated AUC {_f(run['auxiliary_cv_auc'])}"
+        )
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _table_7_4(records: Records) -> Finding:
+    """Table 7.4 and the text sweeps; utility from the runs the verdict reads.
+
+    The K = 8 run at the two-party ``lr`` is reported in the measured column
+    with its accuracy; it documents why the K sweep holds ``lr * K`` and does
+    not gate the verdict.
+    """
     rec = records["property-text"]
     aucs = rec["summary"]["auc"]
     full = {k: v for k, v in aucs.items() if k.endswith("K2-f1.0")}
@@ -769,17 +830,21 @@ def _table_7_4(records: Records) -> Finding:
     if low < 0.9:
         misses.append(f"a category's AUC {_f(low)} < 0.9")
     if f03 is not None and f03 < 0.95:
-        misses.append(f"startrek at fraction 0.3 {_f(f03)} < the seed's 0.95")
+        misses.append(
+            f"startrek at fraction 0.3 {_f(f03)} < the seed's 0.95"
+            + _text_fraction_diagnosis(rec["runs"])
+        )
     verdict: Verdict = "partly" if misses else "reproduced"
     reason = "; ".join(misses) or (
         "categories inferred (AUC >= 0.9; >= 0.95 at fraction 0.3) with topical "
         "top words"
     )
+    literal = {id(r) for r in _text_literal_k(rec["runs"])}
     return _property_finding(
         f"AUC min {_f(low)} over {len(full)} categories; startrek at fraction "
         f"0.3 {_f(f03)}; top words for {topical} categories"
         + _text_sweeps(rec["runs"]),
-        rec["runs"],
+        [r for r in rec["runs"] if id(r) not in literal],
         _property_scale(rec) + "; Debian fortunes for Yelp",
         verdict,
         reason,
