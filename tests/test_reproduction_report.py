@@ -1839,6 +1839,48 @@ def test_table_7_2_at_3000_iterations_reads_the_fortunes_record_too():
     )
 
 
+def _flags(bands: list[tuple[str, int, int]], flagged: float | None, other) -> dict:
+    return {
+        "bands": [
+            {"distinct_words": w, "records": n, "flagged": k, "rate": k / n}
+            for w, n, k in bands
+        ],
+        "median_words_flagged": flagged,
+        "median_words_not_flagged": other,
+    }
+
+
+def test_table_7_2_at_3000_iterations_says_which_non_members_the_worst_row_flags():
+    claim = _claim("000 Table 7.2, 3,000 iterations")
+    record = _full(0.75, 0.88)
+    worst, other = (
+        record["membership-3000"]["rows"][1],
+        record["membership-3000"]["rows"][0],
+    )
+    # the skipped row's breakdown is not the one the reason reads
+    other["false_flags"] = _flags([("<10", 9, 9)], 3.0, None)
+    assert assess(claim, record).reason == (
+        "recall 1; precision off by 0.240 (at checkins B=100)"
+    )
+    worst["false_flags"] = _flags([("<10", 40, 12), ("10-12", 60, 3)], 7.5, 12.0)
+    assert assess(claim, record).reason == (
+        "recall 1; precision off by 0.240 (at checkins B=100); there 15 of 100 "
+        "scored non-members are flagged, with a median of 7.5 distinct words "
+        "against 12 for the others; 12 of the 40 with <10 distinct words"
+    )
+    # every non-member flagged: no median for the others
+    worst["false_flags"] = _flags([("<10", 4, 4)], 6.0, None)
+    assert assess(claim, record).reason.endswith(
+        "with a median of 6 distinct words against n/a for the others; 4 of the "
+        "4 with <10 distinct words"
+    )
+    # none flagged: nothing to say
+    worst["false_flags"] = _flags([("<10", 4, 0)], None, 9.0)
+    assert assess(claim, record).reason == (
+        "recall 1; precision off by 0.240 (at checkins B=100)"
+    )
+
+
 def test_table_7_2_at_3000_iterations_reads_the_dense_runs_after_an_empty_flower_record():
     record = _full(0.975, 0.88)
     dense = {**record["membership-3000"]["rows"][1], "precision": 0.99}
