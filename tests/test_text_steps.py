@@ -17,6 +17,7 @@ from fedleak.bench.text_steps import (
     text_label,
     text_learning_rate,
 )
+from fedleak.errors import DataError
 
 
 def _settings(tmp_path, quick: bool) -> _Settings:
@@ -234,3 +235,18 @@ def test_auxiliary_cv_auc_is_five_seeded_folds_of_the_logistic_classifier():
     assert text_attack.auxiliary_cv_auc(features, labels, folds=6) == by_hand(
         6, 0, "logistic"
     )
+
+
+def test_auxiliary_cv_auc_uses_fewer_folds_for_a_short_run():
+    # four rounds give four bags of each label: four folds, not five
+    labels = np.array([0, 1] * 4)
+    features = np.eye(8)[:, :4] + labels[:, None]
+    auc = text_attack.auxiliary_cv_auc(features, labels)
+    assert auc == text_attack.auxiliary_cv_auc(features, labels, folds=4)
+    assert auc > 0.9
+    with pytest.raises(
+        DataError,
+        match=r"^cross-validating the property classifier needs the adversary's bags "
+        r"with and without the property; got one label only$",
+    ):
+        text_attack.auxiliary_cv_auc(features, np.ones(8, dtype=int))

@@ -484,9 +484,10 @@ def auxiliary_cv_auc(
     """Cross-validated AUC of ``f_prop`` on the adversary's own labelled bags.
 
     The ceiling the classifier reaches on bags drawn like those it was fitted
-    to (stratified, shuffled folds). Far above the attack's AUC on the
-    target's bags, it says the classifier learnt the adversary's property
-    records rather than what every record of the property shares.
+    to (stratified, shuffled folds; fewer than ``folds`` when a label has
+    fewer bags, as in a run of a few rounds). Far above the attack's AUC on
+    the target's bags, it says the classifier learnt the adversary's
+    property records rather than what every record of the property shares.
     """
     from sklearn.base import clone
     from sklearn.metrics import roc_auc_score
@@ -494,7 +495,13 @@ def auxiliary_cv_auc(
 
     unfitted = BatchPropertyClassifier(kind="logistic", random_state=seed)
     scores = np.empty(labels.size)
-    splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    if np.unique(labels).size < 2:
+        raise DataError(
+            "cross-validating the property classifier needs the adversary's bags "
+            "with and without the property; got one label only"
+        )
+    smallest = int(np.bincount(labels).min())
+    splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     for train, test in splitter.split(features, labels):
         fitted = clone(unfitted).fit(features[train], labels[train])
         scores[test] = fitted.property_scores(features[test])
