@@ -13,6 +13,7 @@ from fedleak.bench.property import _Settings, _text_plan, _text_row, auc_by_fift
 from fedleak.bench.text_steps import (
     TEXT_SUMMED_STEP,
     TEXT_TWO_PARTY_LEARNING_RATE,
+    on_text_fraction_sweep,
     on_text_k_sweep,
     text_label,
     text_learning_rate,
@@ -67,6 +68,19 @@ def test_labels_and_sweep_membership(params, label, on_sweep):
     params = {"property": "startrek", **params}
     assert text_label(params) == label
     assert on_text_k_sweep(params) is on_sweep
+
+
+@pytest.mark.parametrize(
+    ("params", "on_sweep"),
+    [
+        ({"participants": 2, "batch_fraction": 0.3}, True),  # before rates
+        ({"participants": 2, "batch_fraction": 0.3, "learning_rate": 0.3}, True),
+        ({"participants": 2, "batch_fraction": 0.3, "learning_rate": 0.1}, False),
+        ({"participants": 4, "batch_fraction": 0.3, "learning_rate": 0.3}, False),
+    ],
+)
+def test_fraction_sweep_membership(params, on_sweep):
+    assert on_text_fraction_sweep(params) is on_sweep
 
 
 def test_the_sweep_tolerates_rounding_only():

@@ -52,6 +52,7 @@ __all__ = [
     "BatchPropertyClassifier",
     "ObservationLog",
     "PropertyObservations",
+    "cross_validated_scores",
     "dataset_score",
     "gradient_features",
     "load_observations",
@@ -298,6 +299,31 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             f"{features.shape[0]} feature rows but labels of shape {labels.shape}"
         )
     return features, labels
+
+
+def cross_validated_scores(
+    unfitted: BatchPropertyClassifier,
+    features: np.ndarray,
+    labels: np.ndarray,
+    *,
+    folds: int,
+    seed: int,
+) -> np.ndarray:
+    """Score every labelled example by a clone of ``unfitted`` fitted without it.
+
+    Stratified, shuffled folds (``seed``), fewer than ``folds`` when a label
+    has fewer examples. The caller makes sure both labels occur at least
+    twice.
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    smallest = int(np.bincount(labels).min())
+    scores = np.empty(labels.size)
+    splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
+    for train, test in splitter.split(features, labels):
+        fitted = clone(unfitted).fit(features[train], labels[train])
+        scores[test] = fitted.property_scores(features[test])
+    return scores
 
 
 def single_batch_auc(truth: np.ndarray, scores: np.ndarray) -> float:

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
 
 from fedleak.errors import DataError
 
 from .classifier import (
     BatchPropertyClassifier,
     PropertyObservations,
+    cross_validated_scores,
     dataset_score,
     load_observations,
     score_series,
@@ -240,11 +240,7 @@ def _phase(
     smallest = int(np.bincount(y, minlength=2).min()) if y.size else 0
     if smallest < 2:
         return out
-    cv = np.empty(y.size)
-    splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=0)
-    for train, test in splitter.split(x, y):
-        fitted = clone(unfitted).fit(x[train], y[train])
-        cv[test] = fitted.property_scores(x[test])
+    cv = cross_validated_scores(unfitted, x, y, folds=folds, seed=0)
     fitted = clone(unfitted).fit(x, y)
     out.update(
         aux_cv_auc=float(roc_auc_score(y, cv)),

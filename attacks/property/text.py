@@ -55,6 +55,7 @@ import torch
 from fedleak.attacks.membership.embedding import EmbeddingMembership
 from fedleak.attacks.property.classifier import (
     BatchPropertyClassifier,
+    cross_validated_scores,
     single_batch_auc,
 )
 
@@ -489,22 +490,15 @@ def auxiliary_cv_auc(
     the target's bags, it says the classifier learnt the adversary's
     property records rather than what every record of the property shares.
     """
-    from sklearn.base import clone
     from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import StratifiedKFold
 
-    unfitted = BatchPropertyClassifier(kind="logistic", random_state=seed)
-    scores = np.empty(labels.size)
     if np.unique(labels).size < 2:
         raise DataError(
             "cross-validating the property classifier needs the adversary's bags "
             "with and without the property; got one label only"
         )
-    smallest = int(np.bincount(labels).min())
-    splitter = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
-    for train, test in splitter.split(features, labels):
-        fitted = clone(unfitted).fit(features[train], labels[train])
-        scores[test] = fitted.property_scores(features[test])
+    unfitted = BatchPropertyClassifier(kind="logistic", random_state=seed)
+    scores = cross_validated_scores(unfitted, features, labels, folds=folds, seed=seed)
     return float(roc_auc_score(labels, scores))
 
 

@@ -93,6 +93,7 @@ from .record import BenchRecord, record_path
 from .text_steps import (
     TEXT_SUMMED_STEP,
     TEXT_TWO_PARTY_LEARNING_RATE,
+    on_text_fraction_sweep,
     on_text_k_sweep,
     text_label,
     text_learning_rate,
@@ -983,12 +984,7 @@ def _plot_text_words(
 def _plot_text_sweeps(s: _Settings, rows: list[dict[str, Any]]) -> list[str]:
     """AUC vs fraction and vs participants of the startrek runs (Figs. 7.4b, 7.7b)."""
     startrek = [r for r in rows if r["params"]["property"] == "startrek"]
-    fractions = [
-        r
-        for r in startrek
-        if r["params"]["participants"] == 2
-        and r["params"]["learning_rate"] == TEXT_TWO_PARTY_LEARNING_RATE
-    ]
+    fractions = [r for r in startrek if on_text_fraction_sweep(r["params"])]
     held = [r for r in startrek if on_text_k_sweep(r["params"])]
     literal = [
         r

@@ -36,7 +36,12 @@ from typing import Any, Final, Literal
 
 from ..curves import PLATEAU_TOLERANCE
 from .table_4_1 import THESIS_TABLE_4_1
-from .text_steps import TEXT_SUMMED_STEP, TEXT_TWO_PARTY_LEARNING_RATE, on_text_k_sweep
+from .text_steps import (
+    TEXT_SUMMED_STEP,
+    TEXT_TWO_PARTY_LEARNING_RATE,
+    on_text_fraction_sweep,
+    on_text_k_sweep,
+)
 
 __all__ = [
     "CLAIMS",
@@ -760,12 +765,7 @@ def _text_sweeps(runs: Sequence[Mapping[str, Any]]) -> str:
     two-party ``lr`` with more parties is given apart, with its utility.
     """
     startrek = [r for r in runs if r["params"]["property"] == "startrek"]
-    fractions = [
-        r
-        for r in startrek
-        if r["params"]["participants"] == 2
-        and _text_rate(r) == TEXT_TWO_PARTY_LEARNING_RATE
-    ]
+    fractions = [r for r in startrek if on_text_fraction_sweep(r["params"])]
     sweeps = (
         ("batch_fraction", fractions, "fraction"),
         ("participants", [r for r in startrek if on_text_k_sweep(r["params"])], "K"),

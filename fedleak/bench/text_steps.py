@@ -43,6 +43,12 @@ def text_label(params: Mapping[str, Any]) -> str:
     return label
 
 
+def on_text_fraction_sweep(params: Mapping[str, Any]) -> bool:
+    """Whether a text run belongs to the fraction sweep (two parties, ``lr`` 0.3)."""
+    rate = float(params.get("learning_rate", TEXT_TWO_PARTY_LEARNING_RATE))
+    return params["participants"] == 2 and rate == TEXT_TWO_PARTY_LEARNING_RATE
+
+
 def on_text_k_sweep(params: Mapping[str, Any]) -> bool:
     """Whether a text run belongs to the K sweep (full batch, ``lr * K`` held).
 
