@@ -25,6 +25,7 @@ from fedleak.errors import DataError
 
 from .console import out as console
 from .console import written
+from .report_records import ReadLog, records_section
 from .seed_claims import CLAIMS, CLAIMS_VERSION, Claim, Finding, Records, assess
 
 __all__ = ["command", "load_records", "render_report", "write_report"]
@@ -99,7 +100,12 @@ def render_report(records: Records) -> tuple[str, list[tuple[Claim, Finding]]]:
     """Return the Markdown text and the judged rows, for ``records``."""
     from .seed_claims import MIN_UTILITY
 
-    judged = [(claim, assess(claim, records)) for claim in CLAIMS]
+    judged: list[tuple[Claim, Finding]] = []
+    reads: dict[str, set[str]] = {}
+    for claim in CLAIMS:
+        log = ReadLog(records)
+        judged.append((claim, assess(claim, log)))
+        reads[claim.row] = log.read
     counts: Counter[str] = Counter(f.verdict for _, f in judged)
     order = ("reproduced", "partly", "not reproduced", "no record")
     summary = ", ".join(f"{counts[v]} {v}" for v in order if counts[v])
@@ -112,6 +118,7 @@ def render_report(records: Records) -> tuple[str, list[tuple[Claim, Finding]]]:
         columns=columns,
     )
     text += "".join(_row(c, f) for c, f in judged)
+    text += records_section(records, reads)
     return text, judged
 
 

@@ -2087,9 +2087,9 @@ def _fig_5_4(records: Records) -> Finding:
     """
     figs = sorted(
         (
-            rec["fig_5_4"]
-            for name, rec in records.items()
-            if name.startswith(SAMPLE_RECORD_PREFIX) and "fig_5_4" in rec
+            records[name]["fig_5_4"]
+            for name in records
+            if name.startswith(SAMPLE_RECORD_PREFIX) and "fig_5_4" in records[name]
         ),
         key=lambda f: int(f["records"]),
     )
