@@ -48,6 +48,16 @@ def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
         fedleak["median_round_s"] / essential["median_serial_round_s"]
     )
     assert fedleak["engine"]["actor_channels"] is True
+    for result in (fedleak, flower, essential):
+        assert result["total_round_s"] == pytest.approx(sum(result["round_s"]))
+        assert len(result["block_median_round_s"]) == record["blocks"]
+    assert experiment["flower_vs_fedleak_total"] == pytest.approx(
+        flower["total_round_s"] / fedleak["total_round_s"]
+    )
+    # every round of the peer waits at least one whole poll for its replies
+    steps = flower["rounds_by_poll_steps"]
+    assert sum(steps.values()) == rounds - 1 and min(map(int, steps)) >= 1
+    assert fedleak["rounds_by_poll_steps"] is None
     # spreading the clients over the actors can only shorten the round
     assert 1 <= experiment["actors"] <= experiment["num_clients"]
     assert essential["median_round_s"] <= essential["median_serial_round_s"]

@@ -42,6 +42,14 @@ medians per component (the ``timing`` rows of ``results.json``), the ratios
 in-process round as it ran, one client after another: the compute the round
 contains without the parallel split), and whether the three ways produced
 the same numbers (they must: same seed, same results).
+
+Beside the medians it gives each way's rounds summed (``total_round_s``, the
+experiment's time in rounds) with the ratios of those sums (``*_total``),
+the median of each block with ``flower / fedleak`` per block, and how many of
+the peer's rounds waited one, two, ... polls (``rounds_by_poll_steps``).
+Flower's rounds fall into those steps: where about half the rounds take one
+more step, its median round flips between steps from block to block, and the
+sums say what the whole experiment costs.
 """
 
 from __future__ import annotations
@@ -382,46 +390,94 @@ def _medians(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rows) for key in COMPONENTS}
 
 
-def _essential(rows: list[dict[str, Any]], actors: int) -> dict[str, Any]:
-    per_round = [r["server_s"] + r["evaluate_s"] + r["wait_s"] / actors for r in rows]
+def _essential_rounds(rows: list[dict[str, Any]], actors: int) -> list[float]:
+    """Each round's essential compute: server work + clients split over actors."""
+    return [r["server_s"] + r["evaluate_s"] + r["wait_s"] / actors for r in rows]
+
+
+def _essential(timings: list[dict[str, Any]], actors: int) -> dict[str, Any]:
+    rows = _rows(timings)
+    per_round = _essential_rounds(rows, actors)
     return {
         "median_round_s": statistics.median(per_round),
         "median_serial_round_s": statistics.median(r["wall_s"] for r in rows),
         "median": _medians(rows),
+        "total_round_s": sum(per_round),
+        "block_median_round_s": [
+            statistics.median(_essential_rounds(_rows([t]), actors)) for t in timings
+        ],
         "round_s": per_round,
     }
 
 
-def _arm(rows: list[dict[str, Any]], engine: dict[str, Any]) -> dict[str, Any]:
+def rounds_by_poll_steps(
+    rows: list[dict[str, Any]], engine: dict[str, Any]
+) -> dict[str, int] | None:
+    """Count the rounds by their wait for replies in whole poll intervals.
+
+    For an engine that polls (``wake_ups`` off, Flower's as shipped): its
+    Grid pulls right after the push and then every ``poll_interval``, so an
+    exchange waits a whole number of intervals plus a pull's few
+    milliseconds, and a reply that misses a pull costs one interval more;
+    the round's median falls on one of these counts. ``None`` for an engine
+    woken by the replies.
+    """
+    if engine.get("wake_ups", True):
+        return None
+    poll = float(engine["poll_interval"])
+    steps = sorted(int(r["wait_s"] // poll) for r in rows)
+    return {str(k): steps.count(k) for k in sorted(set(steps))}
+
+
+def _arm(timings: list[dict[str, Any]], engine: dict[str, Any]) -> dict[str, Any]:
+    rows = _rows(timings)
     return {
         "engine": engine,
         "median_round_s": statistics.median(r["wall_s"] for r in rows),
         "median": _medians(rows),
+        "total_round_s": sum(r["wall_s"] for r in rows),
+        "block_median_round_s": [
+            statistics.median(r["wall_s"] for r in _rows([t])) for t in timings
+        ],
+        "rounds_by_poll_steps": rounds_by_poll_steps(rows, engine),
         "round_s": [r["wall_s"] for r in rows],
     }
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
+    return float(a[key] / b[key])
 
 
 def _experiment(
     runs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]], actors: int
 ) -> dict[str, Any]:
-    essential = _essential(_rows([t for t, _ in runs["essential"]]), actors)
+    essential = _essential([t for t, _ in runs["essential"]], actors)
     arms = {
-        name: _arm(_rows([t for t, _ in runs[name]]), runs[name][0][0]["engine"])
+        name: _arm([t for t, _ in runs[name]], runs[name][0][0]["engine"])
         for name in ("fedleak", "flower")
     }
+    fedleak, flower = arms["fedleak"], arms["flower"]
     outcomes = [o for name in runs for _, o in runs[name]]
     return {
         "actors": actors,
         "essential": essential,
-        "fedleak": arms["fedleak"],
-        "flower": arms["flower"],
-        "fedleak_vs_essential": arms["fedleak"]["median_round_s"]
-        / essential["median_round_s"],
-        "fedleak_vs_serial": arms["fedleak"]["median_round_s"]
+        "fedleak": fedleak,
+        "flower": flower,
+        "fedleak_vs_essential": _ratio(fedleak, essential, "median_round_s"),
+        "fedleak_vs_serial": fedleak["median_round_s"]
         / essential["median_serial_round_s"],
-        "flower_vs_fedleak": arms["flower"]["median_round_s"]
-        / arms["fedleak"]["median_round_s"],
-        "same_results": all(o["digest"] == outcomes[0]["digest"] for o in outcomes),
+        "flower_vs_fedleak": _ratio(flower, fedleak, "median_round_s"),
+        "fedleak_vs_essential_total": _ratio(fedleak, essential, "total_round_s"),
+        "flower_vs_fedleak_total": _ratio(flower, fedleak, "total_round_s"),
+        "flower_vs_fedleak_by_block": [
+            f / g
+            for f, g in zip(
+                flower["block_median_round_s"],
+                fedleak["block_median_round_s"],
+                strict=True,
+            )
+        ],
+        "same_results": len({o["digest"] for o in outcomes}) == 1,
         "outcomes": {name: [o for _, o in runs[name]] for name in runs},
     }
 
@@ -540,6 +596,20 @@ def run_engine_bench(
     return document
 
 
+def _spread_line(name: str, row: dict[str, Any]) -> str:
+    """One line: the sums' ratios, Flower / fedleak per block, the poll steps."""
+    steps = row["flower"]["rounds_by_poll_steps"] or {}
+    counted = sum(steps.values())
+    split = ", ".join(f"{k}: {100 * n / counted:.0f}%" for k, n in steps.items())
+    blocks = " / ".join(f"{r:.2f}x" for r in row["flower_vs_fedleak_by_block"])
+    return (
+        f"{name}: rounds summed fedleak / essential "
+        f"{row['fedleak_vs_essential_total']:.2f}x, Flower / fedleak "
+        f"{row['flower_vs_fedleak_total']:.2f}x; Flower / fedleak by block "
+        f"{blocks}; Flower's rounds by poll steps {split}"
+    )
+
+
 def _name(fast: bool) -> str:
     return "fedleak" if fast else "flower"
 
@@ -592,6 +662,8 @@ def command(
             str(row["same_results"]),
         )
     console.print(table)
+    for name in ("quickstart", "secure_round"):
+        console.print(_spread_line(name, record[name]), highlight=False)
     startup = record["cli_startup"]
     console.print(
         "CLI start-up (median of 5): "

@@ -1,0 +1,133 @@
+"""``fedleak bench engine``'s summary of the timed rounds: medians, sums, blocks, polls."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+
+from fedleak.bench.engine import _experiment, _spread_line, rounds_by_poll_steps
+
+POLLING = {"engine": "flower", "poll_interval": 0.1, "wake_ups": False}
+WOKEN = {"engine": "fedleak", "poll_interval": 0.002, "wake_ups": True}
+
+
+def _row(wall: float, wait: float, server: float = 0.0, evaluate: float = 0.0):
+    return {
+        "wall_s": wall,
+        "wait_s": wait,
+        "client_compute_s": wait,
+        "evaluate_s": evaluate,
+        "server_s": server,
+    }
+
+
+def _run(walls: list[float], engine: dict[str, Any] | None = None, **parts: float):
+    # the first round is left out of every summary: make it absurd
+    rows = [_row(99.0, 99.0)] + [_row(w, w - 0.015, **parts) for w in walls]
+    timing: dict[str, Any] = {"rounds": rows}
+    if engine is not None:
+        timing["engine"] = engine
+    return timing, {"digest": "same"}
+
+
+def test_rounds_by_poll_steps_counts_whole_intervals_of_the_wait():
+    rows = [_row(0, w) for w in (0.1016, 0.2016, 0.1002, 0.3001, 0.0999, 0.2)]
+    assert rounds_by_poll_steps(rows, POLLING) == {"0": 1, "1": 2, "2": 2, "3": 1}
+    slower = {**POLLING, "poll_interval": 0.05}
+    assert rounds_by_poll_steps(rows[:2], slower) == {"2": 1, "4": 1}
+
+
+@pytest.mark.parametrize("engine", [WOKEN, {"poll_interval": 0.1}])
+def test_rounds_by_poll_steps_is_none_for_an_engine_woken_by_replies(engine):
+    assert rounds_by_poll_steps([_row(0.1, 0.1)], engine) is None
+
+
+def test_experiment_gives_medians_sums_and_each_blocks_ratio():
+    runs = {
+        "essential": [
+            _run([0.03, 0.05, 0.04], server=0.01, evaluate=0.005),
+            _run([0.02, 0.06, 0.06], server=0.01, evaluate=0.005),
+        ],
+        "fedleak": [
+            _run([0.04, 0.05, 0.045], WOKEN),
+            _run([0.05, 0.06, 0.07], WOKEN),
+        ],
+        "flower": [
+            _run([0.12, 0.22, 0.23], POLLING),
+            _run([0.12, 0.13, 0.22], POLLING),
+        ],
+    }
+    out = _experiment(runs, actors=2)
+    essential, fedleak, flower = out["essential"], out["fedleak"], out["flower"]
+    # essential: server + evaluation + the clients' wait over 2 actors
+    split = [0.015 + (w - 0.015) / 2 for w in (0.03, 0.05, 0.04, 0.02, 0.06, 0.06)]
+    assert essential["round_s"] == pytest.approx(split)
+    assert essential["total_round_s"] == pytest.approx(sum(split))
+    assert essential["block_median_round_s"] == pytest.approx(
+        [statistics.median(split[:3]), statistics.median(split[3:])]
+    )
+    assert essential["median_serial_round_s"] == pytest.approx(0.045)
+    assert fedleak["median_round_s"] == pytest.approx(0.05)
+    assert fedleak["block_median_round_s"] == pytest.approx([0.045, 0.06])
+    assert fedleak["total_round_s"] == pytest.approx(0.315)
+    assert flower["median_round_s"] == pytest.approx(0.175)
+    assert flower["block_median_round_s"] == pytest.approx([0.22, 0.13])
+    assert flower["total_round_s"] == pytest.approx(1.04)
+    assert flower["rounds_by_poll_steps"] == {"1": 3, "2": 3}
+    assert fedleak["rounds_by_poll_steps"] is None
+    assert out["flower_vs_fedleak"] == pytest.approx(0.175 / 0.05)
+    assert out["flower_vs_fedleak_total"] == pytest.approx(1.04 / 0.315)
+    assert out["flower_vs_fedleak_by_block"] == pytest.approx(
+        [0.22 / 0.045, 0.13 / 0.06]
+    )
+    assert out["fedleak_vs_essential"] == pytest.approx(0.05 / statistics.median(split))
+    assert out["fedleak_vs_essential_total"] == pytest.approx(0.315 / sum(split))
+    assert out["fedleak_vs_serial"] == pytest.approx(0.05 / 0.045)
+    assert out["same_results"] is True
+    assert out["actors"] == 2
+    assert fedleak["engine"] == WOKEN and flower["engine"] == POLLING
+    assert fedleak["round_s"] == [0.04, 0.05, 0.045, 0.05, 0.06, 0.07]
+    assert fedleak["median"]["wall_s"] == pytest.approx(0.05)
+    assert flower["median"]["wait_s"] == pytest.approx(0.175 - 0.015)
+    assert essential["median"]["server_s"] == pytest.approx(0.01)
+    assert essential["median"]["evaluate_s"] == pytest.approx(0.005)
+    assert out["outcomes"] == {
+        way: [{"digest": "same"}] * 2 for way in ("essential", "fedleak", "flower")
+    }
+
+
+@pytest.mark.parametrize("odd", ["essential", "fedleak", "flower"])
+def test_experiment_notices_a_different_result(odd):
+    runs = {
+        "essential": [_run([0.03, 0.04])],
+        "fedleak": [_run([0.04, 0.05], WOKEN)],
+        "flower": [_run([0.12, 0.22], POLLING)],
+    }
+    runs[odd] = [(runs[odd][0][0], {"digest": "other"})]
+    assert _experiment(runs, actors=1)["same_results"] is False
+
+
+def test_experiment_refuses_blocks_that_do_not_pair_up():
+    runs = {
+        "essential": [_run([0.03, 0.04])],
+        "fedleak": [_run([0.04, 0.05], WOKEN)],
+        "flower": [_run([0.12, 0.22], POLLING), _run([0.12, 0.22], POLLING)],
+    }
+    with pytest.raises(ValueError, match="zip"):
+        _experiment(runs, actors=1)
+
+
+def test_spread_line_gives_the_sums_the_blocks_and_the_poll_split():
+    row = {
+        "fedleak_vs_essential_total": 1.382,
+        "flower_vs_fedleak_total": 3.997,
+        "flower_vs_fedleak_by_block": [5.1447, 2.8527],
+        "flower": {"rounds_by_poll_steps": {"1": 151, "2": 147}},
+    }
+    assert _spread_line("quickstart", row) == (
+        "quickstart: rounds summed fedleak / essential 1.38x, Flower / fedleak "
+        "4.00x; Flower / fedleak by block 5.14x / 2.85x; Flower's rounds by poll "
+        "steps 1: 51%, 2: 49%"
+    )
