@@ -12,6 +12,7 @@ from fedleak.bench.report_records import (
     bench_command,
     compute_seconds,
     created_date,
+    later_sessions,
     records_section,
 )
 
@@ -157,7 +158,7 @@ def test_records_section_says_what_its_columns_hold():
         "wrote each (program and `--out` as they rerun into `benchmarks/`), the "
         "day, and the compute behind it: the bench's wall time, or its runs' "
         "summed wall times where a run was extended or resumed by a later "
-        "invocation.\n\n"
+        "invocation (such a run times only its last session: *at least*).\n\n"
         "| record | read by | command | written | compute |\n"
         "|---|---|---|---|---|\n"
     )
@@ -187,3 +188,37 @@ def test_the_committed_report_credits_each_record_to_the_rows_that_read_it():
     assert lines["defenses-random-share.json"].split(" | ")[1] == "000 Table 7.5"
     assert "engine.json" not in lines
     assert "`engine.json`" in text.rsplit("Read by no row:", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("record", "starts"),
+    [
+        ({}, []),
+        ({"runs": {"extended_from": 3}}, []),
+        ({"runs": [{"extended_from": None}, {"extended_from": 0}, "odd"]}, []),
+        ({"runs": [{"extended_from": 240}, {}, {"extended_from": 20}]}, [240, 20]),
+    ],
+)
+def test_later_sessions_names_the_runs_timed_from_a_later_round(record, starts):
+    assert later_sessions(record) == starts
+
+
+def test_records_section_says_at_least_for_runs_timed_from_a_later_round():
+    records = {
+        "one": {"runs": [{"wall_s": 300.0, "extended_from": 240}, {"wall_s": 90.0}]},
+        "two": {
+            "runs": [
+                {"wall_s": 30.0, "extended_from": 20},
+                {"wall_s": 40.0, "extended_from": 240},
+            ]
+        },
+    }
+    lines = records_section(records, {"Fig. 7.8": {"one", "two"}}).splitlines()
+    assert (
+        "| `one.json` | Fig. 7.8 | not recorded | not recorded | at least 390 s "
+        "(6 min): 1 of 2 runs timed from round 240 on |"
+    ) in lines
+    assert (
+        "| `two.json` | Fig. 7.8 | not recorded | not recorded | at least 70 s "
+        "(1 min): 2 of 2 runs timed from rounds 20-240 on |"
+    ) in lines

@@ -23,6 +23,7 @@ __all__ = [
     "bench_command",
     "compute_seconds",
     "created_date",
+    "later_sessions",
     "records_section",
 ]
 
@@ -76,6 +77,23 @@ def compute_seconds(record: Mapping[str, Any]) -> float | None:
     return max(sum(walls), top if top is not None else 0.0)
 
 
+def later_sessions(record: Mapping[str, Any]) -> list[int]:
+    """Return the round each run went on from, for runs timed from there only.
+
+    A run extended or resumed by a later invocation keeps the last session's
+    ``wall_s`` and names the round that session started from
+    (``extended_from``); the rounds before it are not timed in the record.
+    """
+    runs = record.get("runs")
+    if not isinstance(runs, list):
+        return []
+    return [
+        int(r["extended_from"])
+        for r in runs
+        if isinstance(r, Mapping) and r.get("extended_from")
+    ]
+
+
 def _seconds(wall: Any) -> float | None:
     """Read a recorded wall time: seconds, or parts with their ``total``."""
     if isinstance(wall, Mapping):
@@ -124,6 +142,19 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds:,.0f} s ({seconds / 60:,.0f} min)"
 
 
+def _compute_cell(record: Mapping[str, Any]) -> str:
+    duration = _duration(compute_seconds(record))
+    starts = later_sessions(record)
+    if not starts:
+        return duration
+    first, last = min(starts), max(starts)
+    rounds = f"round {first}" if first == last else f"rounds {first}-{last}"
+    return (
+        f"at least {duration}: {len(starts)} of {len(record['runs'])} runs "
+        f"timed from {rounds} on"
+    )
+
+
 def _kind(record: Mapping[str, Any]) -> str | None:
     kind = record.get("benchmark", record.get("bench"))
     return kind if isinstance(kind, str) else None
@@ -159,7 +190,8 @@ def records_section(records: Records, reads: Mapping[str, set[str]]) -> str:
         "that wrote each (program and `--out` as they rerun into "
         "`benchmarks/`), the day, and the compute behind it: the bench's wall "
         "time, or its runs' summed wall times where a run was extended or "
-        "resumed by a later invocation.\n\n"
+        "resumed by a later invocation (such a run times only its last "
+        "session: *at least*).\n\n"
         "| record | read by | command | written | compute |\n"
         "|---|---|---|---|---|\n"
     ]
@@ -170,7 +202,7 @@ def records_section(records: Records, reads: Mapping[str, set[str]]) -> str:
             "; ".join(rows_of[stem]),
             _command_cell(record, stem),
             created_date(record) or "not recorded",
-            _duration(compute_seconds(record)),
+            _compute_cell(record),
         )
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n")
     unread = sorted(s for s, rows in rows_of.items() if not rows)
