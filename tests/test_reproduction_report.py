@@ -2752,3 +2752,103 @@ def test_table_7_4_miss_at_fraction_0_3_gives_its_diagnosis():
     run["params"]["participants"] = 3
     record["property-text"]["summary"]["auc"]["startrek-K2-f0.3"] = 0.91
     assert assess(claim, record).reason == plain.reason
+
+
+def _ppgf_summary(source: float, gap: float) -> dict[str, Any]:
+    return {
+        "reference_auc": {
+            "black_box": 0.49,
+            "loss_threshold": 0.516,
+            "white_box": 0.51,
+        },
+        "source_max_auc": source,
+        "source_test_accuracy": 0.805,
+        "ppgf_max_abs_auc_gap": gap,
+        "accuracy_ratio_vs_source": {"ppgf@1.0": 0.774},
+    }
+
+
+def _ppgf_row(method: str, aucs: tuple[float, float, float], acc: float):
+    attacks = ("black_box", "loss_threshold", "white_box")
+    return {
+        "method": method,
+        "test_accuracy": acc,
+        **{a: {"auc": v} for a, v in zip(attacks, aucs, strict=True)},
+    }
+
+
+def _ppgf_few(source: float, gap: float) -> dict[str, Any]:
+    summary = {
+        **_ppgf_summary(source, gap),
+        "reference_auc": {
+            "black_box": 0.535,
+            "loss_threshold": 0.526,
+            "white_box": 0.5,
+        },
+        "source_test_accuracy": 0.74,
+    }
+    return {
+        "parameters": {"members": 300},
+        "summary": summary,
+        "rows": [
+            _ppgf_row("source", (0.601, 0.604, 0.608), 0.74),
+            _ppgf_row("ppgf", (0.496, 0.534, 0.536), 0.55),
+            _ppgf_row("ppgf", (0.562, 0.552, 0.548), 0.613),
+            _ppgf_row("dp-sgd", (0.556, 0.582, 0.575), 0.383),
+            _ppgf_row("dp-sgd", (0.5, 0.589, 0.562), 0.54),
+        ],
+    }
+
+
+FEW_TEXT = (
+    "; with 300 members the source leaks more (MI AUC 0.608, test acc 0.74): "
+    "PPGF's MI AUC 0.536-0.562 (gap to 0.5 up to {gap}; a model never trained on "
+    "the members 0.535), DP-SGD's 0.582-0.589 at the same epsilons; test acc PPGF "
+    "0.550-0.613, DP-SGD 0.383-0.540"
+)
+LITTLE = (
+    "the undefended source model leaks little (MI AUC 0.574), so the defense has "
+    "little to remove"
+)
+
+
+@pytest.mark.parametrize(
+    ("main", "few", "verdict", "reason"),
+    [
+        ((0.574, 0.029), None, "partly", LITTLE),
+        ((0.6, 0.05), None, "reproduced", "PPGF brings a leaking model's MI AUC to chance"),
+        ((0.599, 0.01), None, "partly", LITTLE.replace("0.574", "0.599")),
+        ((0.65, 0.0501), None, "partly", LITTLE.replace("0.574", "0.650")),
+        ((0.574, 0.029), (0.608, 0.062), "partly", LITTLE + FEW_TEXT.format(gap="0.062")),
+        (
+            (0.574, 0.029),
+            (0.608, 0.05),
+            "reproduced",
+            "PPGF brings a leaking model's MI AUC to chance"
+            + FEW_TEXT.format(gap="0.050"),
+        ),
+    ],
+)  # fmt: skip
+def test_seed_003_judges_the_main_run_and_the_run_on_fewer_members(
+    main, few, verdict, reason
+):
+    records: dict[str, Any] = {
+        seed_claims.PPGF_RECORD: {"summary": _ppgf_summary(*main)}
+    }
+    if few is not None:
+        records[seed_claims.PPGF_FEW_MEMBERS] = _ppgf_few(*few)
+    finding = assess(_claim("003 MI vs eps"), records)
+    assert (finding.verdict, finding.reason) == (verdict, reason)
+    assert finding.fedleak == (
+        f"MI AUC reference 0.516, source {main[0]:.3f}, PPGF gap to 0.5 <= {main[1]:.3f}"
+    )
+    assert finding.utility == "source test acc 0.81; PPGF at eps 1 0.77x of it"
+
+
+def test_seed_003_names_its_data_and_a_missing_utility_ratio():
+    summary = {**_ppgf_summary(0.574, 0.029), "accuracy_ratio_vs_source": {}}
+    finding = assess(
+        _claim("003 MI vs eps"), {seed_claims.PPGF_RECORD: {"summary": summary}}
+    )
+    assert finding.scale == "Fashion-MNIST"
+    assert finding.utility == "source test acc 0.81; PPGF at eps 1 n/ax of it"

@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 #: Version of the table below and of its rules.
-CLAIMS_VERSION: Final = 17
+CLAIMS_VERSION: Final = 18
 
 #: Test accuracy below which an attack figure counts as measured on an
 #: undertrained model (10-class Fashion-MNIST and the 2-class check-ins task:
@@ -2574,12 +2574,62 @@ def _seed_002(records: Records) -> Finding:
     )
 
 
+PPGF_RECORD = "ppgf-fashion-mnist"
+PPGF_FEW_MEMBERS = "ppgf-fashion-mnist-300"
+_PPGF_ATTACKS = ("black_box", "loss_threshold", "white_box")
+
+
+def _ppgf_holds(summary: Mapping[str, Any]) -> bool:
+    """Tell whether the source leaks (MI AUC >= 0.6) and PPGF is near chance (0.05)."""
+    return (
+        float(summary["source_max_auc"]) >= 0.6
+        and float(summary["ppgf_max_abs_auc_gap"]) <= 0.05
+    )
+
+
+def _ppgf_few_members(rec: Mapping[str, Any]) -> str:
+    """Describe what PPGF and DP-SGD leave of a leakier source (fewer members).
+
+    Each model's MI AUC is its strongest attack's (shadow, loss, gradient);
+    the reference model was never trained on the members, so its AUC is the
+    floor this size of member set gives.
+    """
+    s = rec["summary"]
+
+    def spread(method: str, key: str) -> str:
+        values = [
+            max(float(r[a]["auc"]) for a in _PPGF_ATTACKS) if key == "auc" else r[key]
+            for r in rec["rows"]
+            if r["method"] == method
+        ]
+        return f"{_f(min(values))}-{_f(max(values))}"
+
+    return (
+        f"; with {rec['parameters']['members']} members the source leaks more "
+        f"(MI AUC {_f(float(s['source_max_auc']))}, test acc "
+        f"{_f(float(s['source_test_accuracy']), 2)}): PPGF's MI AUC "
+        f"{spread('ppgf', 'auc')} (gap to 0.5 up to "
+        f"{_f(float(s['ppgf_max_abs_auc_gap']))}; a model never trained on the "
+        f"members {_f(max(float(v) for v in s['reference_auc'].values()))}), "
+        f"DP-SGD's {spread('dp-sgd', 'auc')} at the same epsilons; test acc PPGF "
+        f"{spread('ppgf', 'test_accuracy')}, DP-SGD {spread('dp-sgd', 'test_accuracy')}"
+    )
+
+
 def _seed_003(records: Records) -> Finding:
-    s = records["ppgf-fashion-mnist"]["summary"]
+    """PPGF against membership inference (seed 003, Table 6 and Fig. 6).
+
+    *reproduced* when a record's source model leaks (MI AUC >= 0.6) and PPGF
+    keeps every attack within 0.05 of chance; the run on fewer members
+    (:data:`PPGF_FEW_MEMBERS`), where the source leaks more, is judged and
+    cited beside the main one.
+    """
+    s = records[PPGF_RECORD]["summary"]
+    few = records.get(PPGF_FEW_MEMBERS)
     ref = max(float(v) for v in s["reference_auc"].values())
     source = float(s["source_max_auc"])
     acc = s["accuracy_ratio_vs_source"]
-    if source >= 0.6 and float(s["ppgf_max_abs_auc_gap"]) <= 0.05:
+    if _ppgf_holds(s) or (few is not None and _ppgf_holds(few["summary"])):
         verdict: Verdict = "reproduced"
         reason = "PPGF brings a leaking model's MI AUC to chance"
     else:
@@ -2588,6 +2638,8 @@ def _seed_003(records: Records) -> Finding:
             f"the undefended source model leaks little (MI AUC {_f(source)}), so "
             "the defense has little to remove"
         )
+    if few is not None:
+        reason += _ppgf_few_members(few)
     return Finding(
         f"MI AUC reference {_f(ref)}, source {_f(source)}, PPGF gap to 0.5 "
         f"<= {_f(float(s['ppgf_max_abs_auc_gap']))}",
@@ -3004,7 +3056,7 @@ CLAIMS: Final[tuple[Claim, ...]] = (
         "seed 003",
         "PPGF keeps MI at chance with utility comparable to DP-SGD",
         "MNIST / CIFAR-10",
-        ("ppgf-fashion-mnist",),
+        (PPGF_RECORD,),
         _seed_003,
     ),
     Claim(
