@@ -2801,8 +2801,8 @@ def _ppgf_few(source: float, gap: float) -> dict[str, Any]:
 
 
 FEW_TEXT = (
-    "; with 300 members the source leaks more (MI AUC 0.608, test acc 0.74): "
-    "PPGF's MI AUC 0.536-0.562 (gap to 0.5 up to {gap}; a model never trained on "
+    "; with 300 members the source's MI AUC is 0.608 (test acc 0.74): "
+    "PPGF's strongest attack 0.536-0.562 (gap to 0.5 up to {gap}; a model never trained on "
     "the members 0.535), DP-SGD's 0.582-0.589 at the same epsilons; test acc PPGF "
     "0.550-0.613, DP-SGD 0.383-0.540"
 )

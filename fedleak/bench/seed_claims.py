@@ -2605,9 +2605,9 @@ def _ppgf_few_members(rec: Mapping[str, Any]) -> str:
         return f"{_f(min(values))}-{_f(max(values))}"
 
     return (
-        f"; with {rec['parameters']['members']} members the source leaks more "
-        f"(MI AUC {_f(float(s['source_max_auc']))}, test acc "
-        f"{_f(float(s['source_test_accuracy']), 2)}): PPGF's MI AUC "
+        f"; with {rec['parameters']['members']} members the source's MI AUC is "
+        f"{_f(float(s['source_max_auc']))} (test acc "
+        f"{_f(float(s['source_test_accuracy']), 2)}): PPGF's strongest attack "
         f"{spread('ppgf', 'auc')} (gap to 0.5 up to "
         f"{_f(float(s['ppgf_max_abs_auc_gap']))}; a model never trained on the "
         f"members {_f(max(float(v) for v in s['reference_auc'].values()))}), "
@@ -2617,11 +2617,11 @@ def _ppgf_few_members(rec: Mapping[str, Any]) -> str:
 
 
 def _seed_003(records: Records) -> Finding:
-    """PPGF against membership inference (seed 003, Table 6 and Fig. 6).
+    """PPGF against membership inference (seed 003, its Table 6).
 
     *reproduced* when a record's source model leaks (MI AUC >= 0.6) and PPGF
     keeps every attack within 0.05 of chance; the run on fewer members
-    (:data:`PPGF_FEW_MEMBERS`), where the source leaks more, is judged and
+    (:data:`PPGF_FEW_MEMBERS`), whose source overfits more, is judged and
     cited beside the main one.
     """
     s = records[PPGF_RECORD]["summary"]
