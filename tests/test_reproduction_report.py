@@ -2851,4 +2851,4 @@ def test_seed_003_names_its_data_and_a_missing_utility_ratio():
         _claim("003 MI vs eps"), {seed_claims.PPGF_RECORD: {"summary": summary}}
     )
     assert finding.scale == "Fashion-MNIST"
-    assert finding.utility == "source test acc 0.81; PPGF at eps 1 n/ax of it"
+    assert finding.utility == "source test acc 0.81; PPGF at eps 1 n/a"

@@ -2640,11 +2640,13 @@ def _seed_003(records: Records) -> Finding:
         )
     if few is not None:
         reason += _ppgf_few_members(few)
+    ratio = acc.get("ppgf@1.0")
+    at_eps_1 = "n/a" if ratio is None else f"{_f(float(ratio), 2)}x of it"
     return Finding(
         f"MI AUC reference {_f(ref)}, source {_f(source)}, PPGF gap to 0.5 "
         f"<= {_f(float(s['ppgf_max_abs_auc_gap']))}",
         f"source test acc {_f(float(s['source_test_accuracy']), 2)}; PPGF at eps 1 "
-        f"{_f(float(acc.get('ppgf@1.0', math.nan)), 2)}x of it",
+        f"{at_eps_1}",
         "Fashion-MNIST",
         verdict,
         reason,
