@@ -2596,23 +2596,25 @@ def _ppgf_few_members(rec: Mapping[str, Any]) -> str:
     """
     s = rec["summary"]
 
-    def spread(method: str, key: str) -> str:
-        values = [
-            max(float(r[a]["auc"]) for a in _PPGF_ATTACKS) if key == "auc" else r[key]
-            for r in rec["rows"]
-            if r["method"] == method
-        ]
+    def strongest(row: Mapping[str, Any]) -> float:
+        return max(float(row[a]["auc"]) for a in _PPGF_ATTACKS)
+
+    def accuracy(row: Mapping[str, Any]) -> float:
+        return float(row["test_accuracy"])
+
+    def spread(method: str, value: Callable[[Mapping[str, Any]], float]) -> str:
+        values = [value(r) for r in rec["rows"] if r["method"] == method]
         return f"{_f(min(values))}-{_f(max(values))}"
 
     return (
         f"; with {rec['parameters']['members']} members the source's MI AUC is "
         f"{_f(float(s['source_max_auc']))} (test acc "
         f"{_f(float(s['source_test_accuracy']), 2)}): PPGF's strongest attack "
-        f"{spread('ppgf', 'auc')} (gap to 0.5 up to "
+        f"{spread('ppgf', strongest)} (gap to 0.5 up to "
         f"{_f(float(s['ppgf_max_abs_auc_gap']))}; a model never trained on the "
         f"members {_f(max(float(v) for v in s['reference_auc'].values()))}), "
-        f"DP-SGD's {spread('dp-sgd', 'auc')} at the same epsilons; test acc PPGF "
-        f"{spread('ppgf', 'test_accuracy')}, DP-SGD {spread('dp-sgd', 'test_accuracy')}"
+        f"DP-SGD's {spread('dp-sgd', strongest)} at the same epsilons; test acc PPGF "
+        f"{spread('ppgf', accuracy)}, DP-SGD {spread('dp-sgd', accuracy)}"
     )
 
 
