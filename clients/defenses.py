@@ -22,6 +22,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 
 from fedleak import protocol
+from fedleak.arrays import array_fields
 from fedleak.defenses import (
     NOISE_SEED_KEY,
     SELECTION_WORD,
@@ -132,7 +133,10 @@ class DefendedClient(HonestClient):
         if self.defenses.dp_noise_multiplier is not None:
             metrics["record-epsilon"] = self._epsilon(1, int(batch.shape[0]))
         return ArrayRecord(
-            {k: Array(np.ascontiguousarray(v)) for k, v in grads.items()}
+            {
+                k: Array(**array_fields(np.ascontiguousarray(v)))
+                for k, v in grads.items()
+            }
         ), metrics
 
     def model_reply(
@@ -188,7 +192,10 @@ class DefendedClient(HonestClient):
             for name in theta
         }
         return ArrayRecord(
-            {k: Array(np.ascontiguousarray(v)) for k, v in upload.items()}
+            {
+                k: Array(**array_fields(np.ascontiguousarray(v)))
+                for k, v in upload.items()
+            }
         ), metrics
 
 

@@ -38,6 +38,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
 from fedleak import protocol
+from fedleak.arrays import array_fields
 from fedleak.errors import ConfigError
 from fedleak.task import ClientData, TaskSpec, client_data
 from fedleak.training import (
@@ -263,7 +264,7 @@ def _work_model(spec: TaskSpec) -> torch.nn.Module:
 
 
 def _array(value: np.ndarray) -> Array:
-    return Array(np.ascontiguousarray(value))
+    return Array(**array_fields(np.ascontiguousarray(value)))
 
 
 def _state(context: Context) -> ConfigRecord:

@@ -53,6 +53,7 @@ from flwr.compat.common.recorddict_compat import (
 )
 
 from fedleak import protocol
+from fedleak.arrays import array_fields
 from fedleak.errors import ProtocolError
 
 __all__ = [
@@ -188,7 +189,7 @@ def _translate_reply(msg: Message, reply: Message, context: Context) -> Message:
             )
         arrays = ArrayRecord(
             {
-                n: Array(np.ascontiguousarray(v))
+                n: Array(**array_fields(np.ascontiguousarray(v)))
                 for n, v in zip(names, values, strict=True)
             }
         )

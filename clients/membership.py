@@ -42,6 +42,7 @@ from fedleak.attacks.membership.embedding import EmbeddingMembership
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 
 from fedleak import protocol
+from fedleak.arrays import array_fields
 from fedleak.defenses import EMBEDDING_KEY
 from fedleak.errors import ConfigError, DataError
 from fedleak.settings import AdversarySettings, RunContext
@@ -198,8 +199,8 @@ class EmbeddingMembershipAdversary(HonestClient):
         state = self._context().state
         state[_STATE_PREVIOUS] = ArrayRecord(
             {
-                "theta": Array(np.ascontiguousarray(theta)),
-                "own": Array(np.ascontiguousarray(own)),
+                "theta": Array(**array_fields(np.ascontiguousarray(theta))),
+                "own": Array(**array_fields(np.ascontiguousarray(own))),
             }
         )
         state[_STATE_META] = ConfigRecord(

@@ -53,6 +53,7 @@ from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedleak import protocol
+from fedleak.arrays import array_fields
 from fedleak.errors import ConfigError, ProtocolError
 from fedleak.training import arrays_from_records
 from fedleak.validation import check_int, check_probability
@@ -78,7 +79,10 @@ def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
 def numpy_to_arrays(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     """Pack an ordered ``{name: ndarray}`` mapping into an :class:`ArrayRecord`."""
     return ArrayRecord(
-        {name: Array(np.asarray(value)) for name, value in arrays.items()}
+        {
+            name: Array(**array_fields(np.asarray(value)))
+            for name, value in arrays.items()
+        }
     )
 
 

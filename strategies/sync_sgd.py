@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from logging import INFO
 from typing import Literal
@@ -92,6 +93,7 @@ class SyncSGD(PartitionAwareStrategy):
         self.learning_rate = float(learning_rate)
         self.reduction = reduction
         self._model_shaped = 0
+        self._norm_cache: tuple[object, tuple[str, ...], float] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -146,20 +148,9 @@ class SyncSGD(PartitionAwareStrategy):
         record = message.content.config_records.get(protocol.AGGREGATE_RECORD)
         packed = None if record is None else record.get(protocol.AGGREGATE_CONTRIBUTORS)
         count = len(protocol.unpack_ids(packed)) if isinstance(packed, bytes) else 1
-        names = list(arrays)
-        theta = (
-            np.concatenate(
-                [np.asarray(model[n], dtype=np.float64).ravel() for n in names]
-            )
-            if names
-            else np.zeros(0)
-        )
-        norm = float(np.linalg.norm(theta))
+        norm = self._model_norm(model, list(arrays))
         if norm > 0:
-            mean = np.concatenate(
-                [np.asarray(arrays[n], dtype=np.float64).ravel() for n in names]
-            ) / max(count, 1)
-            distance = float(np.linalg.norm(mean - theta)) / norm
+            distance = _distance_to(arrays, model, max(count, 1)) / norm
             if distance < self.MODEL_SHAPED_DISTANCE:
                 self._model_shaped += 1
                 raise ProtocolError(
@@ -168,6 +159,16 @@ class SyncSGD(PartitionAwareStrategy):
                     f"(< {self.MODEL_SHAPED_DISTANCE})"
                 )
         return arrays, weight
+
+    def _model_norm(self, model: Mapping[str, np.ndarray], names: list[str]) -> float:
+        """``||theta||`` over ``names``, once per global model (replies share it)."""
+        key = tuple(names)
+        cached = self._norm_cache
+        if cached is not None and cached[0] is model and cached[1] == key:
+            return cached[2]
+        norm = math.sqrt(sum(_squared_norm(model[n]) for n in names))
+        self._norm_cache = (model, key, norm)
+        return norm
 
     def summary(self) -> None:
         """Log the strategy's settings."""
@@ -178,3 +179,26 @@ class SyncSGD(PartitionAwareStrategy):
             self.reduction,
         )
         super().summary()
+
+
+def _squared_norm(value: np.ndarray) -> float:
+    """``sum(value ** 2)`` in the array's own float precision (a BLAS dot, no copy)."""
+    flat = np.asarray(value).ravel()
+    if flat.dtype.kind not in "fc":
+        flat = flat.astype(np.float64)
+    return float(np.vdot(flat, flat).real)
+
+
+def _distance_to(
+    arrays: Mapping[str, np.ndarray], model: Mapping[str, np.ndarray], count: int
+) -> float:
+    """``||sum / count - theta||`` over the reply's arrays (the model-shaped test).
+
+    Computed array by array in the arrays' own precision, without the
+    float64 copies of every array and of the model that one concatenated
+    vector took (0.38 ms against 0.05 ms a quickstart reply).
+    """
+    total = 0.0
+    for name, value in arrays.items():
+        total += _squared_norm(np.asarray(value) / count - model[name])
+    return math.sqrt(total)

@@ -686,6 +686,40 @@ def test_model_shaped_check_in_full() -> None:
     assert weight == 1.0 and arrays["w"][0] == 1.0  # distance 0.5 is a gradient
 
 
+def test_model_shaped_distance_matches_the_float64_formula() -> None:
+    from fedleak.strategies.sync_sgd import _distance_to
+
+    rng = np.random.default_rng(3)
+    model = {
+        "a": rng.normal(size=(64, 32)).astype(np.float32),
+        "b": rng.normal(size=17).astype(np.float32),
+    }
+    reply_arrays = {k: (v * 2.6 + 0.01).astype(np.float32) for k, v in model.items()}
+    for count in (1, 3):
+        mean = np.concatenate(
+            [reply_arrays[n].astype(np.float64).ravel() / count for n in model]
+        )
+        theta = np.concatenate([model[n].astype(np.float64).ravel() for n in model])
+        expected = float(np.linalg.norm(mean - theta))
+        assert _distance_to(reply_arrays, model, count) == pytest.approx(
+            expected, rel=1e-5
+        )
+
+
+def test_model_shaped_norm_is_taken_per_global_model() -> None:
+    strategy = SyncSGD(0.1, min_available_nodes=4)
+    near = {"w": np.array([9.0], np.float32)}
+    small = {"w": np.array([10.0], np.float32)}  # 9 lies at distance 0.1
+    with pytest.raises(ProtocolError, match="model-shaped"):
+        strategy.check_arrays(reply(17, near), small, complete=False)
+    # a new global model of the same names: its own norm, not the cached one
+    large = {"w": np.array([1000.0], np.float32)}
+    arrays, _ = strategy.check_arrays(reply(17, near), large, complete=False)
+    assert arrays["w"][0] == 9.0  # distance 0.991: a gradient
+    with pytest.raises(ProtocolError, match="model-shaped"):  # back to the first
+        strategy.check_arrays(reply(17, near), small, complete=False)
+
+
 def test_an_empty_gradient_leaves_the_model_unchanged() -> None:
     theta = {"w": np.array([1.0, 2.0], np.float32)}
     strategy = SyncSGD(0.1, min_available_nodes=4)

@@ -67,6 +67,50 @@ def test_set_and_get_arrays_round_trip():
         np.testing.assert_array_equal(get_arrays(b)[name], value)
 
 
+def _loaded_by_torch(model, arrays):
+    state = {k: torch.as_tensor(np.array(v)) for k, v in arrays.items()}
+    model.load_state_dict(state, strict=True)
+    return get_arrays(model)
+
+
+def test_set_arrays_copies_what_load_state_dict_loads():
+    source = build_model("cnn", (1, 8, 8), 10, seed=0)
+    arrays = {k: v.astype(np.float64) * 1.5 for k, v in get_arrays(source).items()}
+    fast = build_model("cnn", (1, 8, 8), 10, seed=1)
+    set_arrays(fast, arrays)  # float64 into float32 tensors: cast as copy_ does
+    expected = _loaded_by_torch(build_model("cnn", (1, 8, 8), 10, seed=2), arrays)
+    for name, value in get_arrays(fast).items():
+        assert value.dtype == np.float32
+        np.testing.assert_array_equal(value, expected[name])
+    views = {k: v.copy() for k, v in get_arrays(source).items()}
+    for v in views.values():
+        v.flags.writeable = False  # read-only views of a record's bytes
+    set_arrays(fast, views)
+    for name, value in get_arrays(fast).items():
+        np.testing.assert_array_equal(value, views[name])
+    assert next(fast.parameters()).requires_grad  # still trainable parameters
+
+
+@pytest.mark.parametrize("change", ["missing", "unexpected", "shape"])
+def test_set_arrays_refuses_what_does_not_match(change):
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    arrays = {k: v + 1 for k, v in get_arrays(model).items()}
+    first = next(iter(arrays))
+    if change == "missing":
+        del arrays[first]
+    elif change == "unexpected":
+        arrays["extra.weight"] = np.zeros(3, np.float32)
+    else:
+        arrays[first] = np.zeros((1, 2, 3), np.float32)
+    pattern = {
+        "missing": "Missing key",
+        "unexpected": "Unexpected key",
+        "shape": "size mismatch",
+    }[change]
+    with pytest.raises(RuntimeError, match=pattern):  # load_state_dict's report
+        set_arrays(model, arrays)
+
+
 def test_evaluate_counts_accuracy():
     model = build_model("mlp", (1, 8, 8), 2, seed=0)
     x, y = toy(50)

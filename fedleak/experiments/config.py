@@ -234,9 +234,10 @@ class EvaluationConfig(_Section):
     overlap: bool = Field(
         False,
         description="evaluate round r's model on a background thread while round "
-        "r+1 runs (same numbers); helps where the server has a CPU of its own: on "
-        "2 CPUs shared with 2 Ray actors the quickstart's round stayed at 0.041 s, "
-        "its evaluation and client compute slowed by the contention",
+        "r+1 runs (same numbers); the thread runs on idle CPU time only (Linux "
+        "SCHED_IDLE) until the server waits for its result, so the Ray actors "
+        "keep their CPUs; on by default in the 2-CPU quickstart (fedleak.runtime."
+        "idle_priority)",
     )
 
     def due(self, server_round: int, last_round: int) -> bool:

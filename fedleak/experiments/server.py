@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,6 +53,7 @@ from fedleak.runtime.engine import (
     EngineGrid,
     StoppableGrid,
 )
+from fedleak.runtime.idle_priority import to_idle_priority, to_normal_priority
 from fedleak.runtime.lifecycle import RunControl, RunStopped
 from fedleak.runtime.noise import NoiseStream
 from fedleak.strategies import ModelAveraging, SecureAggregation, SyncSGD
@@ -198,9 +200,16 @@ class RunRecorder:
         self.noise: dict[str, Any] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._pending: (
-            tuple[int, dict[str, Any] | None, Future[tuple[dict[str, Any], float]]]
+            tuple[
+                int,
+                dict[str, Any] | None,
+                Future[tuple[dict[str, Any], float]],
+                threading.Event,
+            ]
             | None
         ) = None
+        self._priority = threading.Lock()  # orders the evaluator's policy changes
+        self._evaluator_tid: int | None = None
 
     def resume(self, checkpoint_round: int) -> None:
         """Go on after ``checkpoint_round``: keep the rows up to it, drop later ones.
@@ -340,9 +349,11 @@ class RunRecorder:
 
         The round's span ends now, when its model exists; the evaluation of
         the model (if due) runs on a worker thread while the next round
-        trains, and its row is written by the next :meth:`end_round` or by
-        :meth:`flush`, rounds in order. The span's ``evaluate_blocked_s`` is
-        the time spent here waiting for the previous round's evaluation.
+        trains, on idle CPU time only until :meth:`flush` waits for it
+        (:mod:`fedleak.runtime.idle_priority`), and its row is written by
+        the next :meth:`end_round` or by :meth:`flush`, rounds in order. The
+        span's ``evaluate_blocked_s`` is the time spent here waiting for the
+        previous round's evaluation.
         Same numbers as :meth:`evaluate_fn`: the evaluation reads only
         ``arrays``, which no later round changes.
         """
@@ -361,15 +372,37 @@ class RunRecorder:
             self._executor = ThreadPoolExecutor(
                 1, thread_name_prefix="fedleak-evaluate"
             )
-        future = self._executor.submit(self._timed_metrics, arrays)
-        self._pending = (server_round, timing, future)
+        urgent = threading.Event()
+        future = self._executor.submit(self._background_metrics, arrays, urgent)
+        self._pending = (server_round, timing, future, urgent)
+
+    def _background_metrics(
+        self, arrays: ArrayRecord, urgent: threading.Event
+    ) -> tuple[dict[str, Any], float]:
+        """:meth:`_timed_metrics` on idle CPU time, unless the server already waits.
+
+        (:mod:`fedleak.runtime.idle_priority`; :meth:`flush` gives the thread
+        its normal priority back when it waits for the result.)
+        """
+        with self._priority:
+            self._evaluator_tid = threading.get_native_id()
+            if urgent.is_set():
+                to_normal_priority(self._evaluator_tid)
+            else:
+                to_idle_priority()
+        return self._timed_metrics(arrays)
 
     def flush(self) -> None:
         """Wait for the evaluation :meth:`end_round` started, if any; write its row."""
         if self._pending is None:
             return
-        server_round, timing, future = self._pending
+        server_round, timing, future, urgent = self._pending
         self._pending = None
+        if not future.done():  # the evaluation is the critical path now
+            with self._priority:
+                urgent.set()
+                if self._evaluator_tid is not None:
+                    to_normal_priority(self._evaluator_tid)
         metrics, evaluate_s = future.result()
         if timing is not None:
             timing["evaluate_s"] = evaluate_s
