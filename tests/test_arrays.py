@@ -70,3 +70,20 @@ def test_the_header_depends_on_dtype_and_shape_not_on_values() -> None:
 def test_object_arrays_are_refused_as_numpy_save_refuses_them() -> None:
     with pytest.raises(ValueError, match="allow_pickle=False"):
         npy_bytes(np.array([object(), 1], dtype=object))
+
+
+def test_a_plain_array_is_written_without_numpy_save_once_its_header_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    expected, other = _saved(value), _saved(value + 1)
+    assert npy_bytes(value) == expected  # caches the header of this dtype/shape
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("numpy.save called for a plain C-ordered array")
+
+    monkeypatch.setattr(np, "save", refuse)
+    assert npy_bytes(value) == expected
+    assert npy_bytes(value + 1) == other
+    with pytest.raises(AssertionError, match=r"numpy\.save called"):
+        npy_bytes(np.asfortranarray(np.ones((2, 3))))  # not C-ordered: numpy.save

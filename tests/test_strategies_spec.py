@@ -716,8 +716,46 @@ def test_model_shaped_norm_is_taken_per_global_model() -> None:
     large = {"w": np.array([1000.0], np.float32)}
     arrays, _ = strategy.check_arrays(reply(17, near), large, complete=False)
     assert arrays["w"][0] == 9.0  # distance 0.991: a gradient
+    close = {"w": np.array([995.0], np.float32)}  # 5 / 1000; over 10 it would pass
+    with pytest.raises(ProtocolError, match=r"distance 0\.005 "):
+        strategy.check_arrays(reply(17, close), large, complete=False)
     with pytest.raises(ProtocolError, match="model-shaped"):  # back to the first
         strategy.check_arrays(reply(17, near), small, complete=False)
+
+
+def test_model_shaped_norm_covers_the_arrays_each_reply_holds() -> None:
+    strategy = SyncSGD(0.1, min_available_nodes=4)
+    model = {"w": np.array([10.0], np.float32), "v": np.array([1000.0], np.float32)}
+    with pytest.raises(ProtocolError, match="model-shaped"):  # ||w - 10|| / 10
+        strategy.check_arrays(
+            reply(17, {"w": np.array([9.0], np.float32)}), model, complete=False
+        )
+    both = {"w": np.array([9.0], np.float32), "v": np.array([995.0], np.float32)}
+    # distance 5.1 over the norm of both arrays (1000): model-shaped; over the
+    # norm of w alone (10) it would pass as a gradient
+    with pytest.raises(ProtocolError, match=r"distance 0\.0051"):
+        strategy.check_arrays(reply(18, both), model, complete=False)
+
+
+def test_a_summed_reply_is_compared_as_the_mean_of_its_contributors() -> None:
+    strategy = SyncSGD(0.1, min_available_nodes=4)
+    theta = {"w": np.array([2.0, 4.0], np.float32)}
+    summed = reply(17, {"w": theta["w"] * 3})  # three model-shaped replies, added
+    summed.content[protocol.AGGREGATE_RECORD] = ConfigRecord(
+        {protocol.AGGREGATE_CONTRIBUTORS: protocol.pack_ids([5, 6, 7])}
+    )
+    with pytest.raises(ProtocolError, match=r"distance 0 from the global model"):
+        strategy.check_arrays(summed, theta, complete=False)
+    alone = reply(18, {"w": theta["w"] * 3})  # one reply of 3 theta: a gradient
+    arrays, _ = strategy.check_arrays(alone, theta, complete=False)
+    np.testing.assert_array_equal(arrays["w"], theta["w"] * 3)
+
+
+def test_squared_norms_of_integer_arrays_do_not_overflow() -> None:
+    from fedleak.strategies.sync_sgd import _squared_norm
+
+    assert _squared_norm(np.array([100, 100], dtype=np.int8)) == 20000.0
+    assert _squared_norm(np.array([[3.0, 4.0]], dtype=np.float32)) == 25.0
 
 
 def test_an_empty_gradient_leaves_the_model_unchanged() -> None:
