@@ -3,10 +3,10 @@
 The server's overlapped evaluation (``[evaluation] overlap``) computes round
 r's test metrics while round r+1 trains. On a machine whose CPUs the Ray
 actors fill, an evaluation thread of normal priority takes its share from
-the actors and slows the round it overlaps (the quickstart on 2 CPUs
-was no faster than with its evaluation in line). A round leaves CPU idle while the server and
-the actors hand work to each other (about a third of two CPUs on the
-quickstart); an evaluation at Linux's ``SCHED_IDLE`` policy runs only
+the actors and slows the round it overlaps (the quickstart on 2 CPUs was no
+faster than with its evaluation in line). A round leaves CPU idle while the
+server and the actors hand work to each other (about a third of two CPUs on
+the quickstart); an evaluation at Linux's ``SCHED_IDLE`` policy runs only
 there, so the actors keep their CPUs. Once the server needs the result it
 waits, and the thread goes back to normal priority: it is then the round's
 critical path, and an idle-policy thread could starve behind other
