@@ -19,10 +19,9 @@ from typing import cast
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from fedleak import protocol
-from fedleak.arrays import array_fields
 from fedleak.defenses import (
     NOISE_SEED_KEY,
     SELECTION_WORD,
@@ -35,6 +34,7 @@ from fedleak.task import TaskSpec
 from fedleak.training import get_arrays
 
 from .honest import HonestClient
+from .records import array_record
 
 __all__ = ["DefendedClient", "defended_behaviour"]
 
@@ -132,12 +132,7 @@ class DefendedClient(HonestClient):
         metrics = MetricRecord({protocol.NUM_EXAMPLES: int(batch.shape[0])})
         if self.defenses.dp_noise_multiplier is not None:
             metrics["record-epsilon"] = self._epsilon(1, int(batch.shape[0]))
-        return ArrayRecord(
-            {
-                k: Array(**array_fields(np.ascontiguousarray(v)))
-                for k, v in grads.items()
-            }
-        ), metrics
+        return array_record(grads), metrics
 
     def model_reply(
         self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
@@ -191,12 +186,7 @@ class DefendedClient(HonestClient):
             else trained[name]
             for name in theta
         }
-        return ArrayRecord(
-            {
-                k: Array(**array_fields(np.ascontiguousarray(v)))
-                for k, v in upload.items()
-            }
-        ), metrics
+        return array_record(upload), metrics
 
 
 def defended_behaviour(

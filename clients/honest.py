@@ -26,7 +26,6 @@ from typing import cast
 import numpy as np
 import torch
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Context,
@@ -38,7 +37,6 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
 from fedleak import protocol
-from fedleak.arrays import array_fields
 from fedleak.errors import ConfigError
 from fedleak.task import ClientData, TaskSpec, client_data
 from fedleak.training import (
@@ -49,6 +47,8 @@ from fedleak.training import (
     set_arrays,
     train_epochs,
 )
+
+from .records import array_record
 
 __all__ = [
     "BehaviourFactory",
@@ -198,7 +198,7 @@ class HonestClient:
                 "train-accuracy": acc,
             }
         )
-        return ArrayRecord({k: _array(v) for k, v in grads.items()}), metrics
+        return array_record(grads), metrics
 
     def model_reply(
         self, arrays: ArrayRecord, config: ConfigRecord, server_round: int
@@ -228,9 +228,7 @@ class HonestClient:
         metrics = MetricRecord(
             {protocol.NUM_EXAMPLES: self.data.num_train, "train-loss": loss}
         )
-        return ArrayRecord(
-            {k: _array(v) for k, v in get_arrays(model).items()}
-        ), metrics
+        return array_record(get_arrays(model)), metrics
 
     def evaluate_reply(self, arrays: ArrayRecord) -> MetricRecord:
         """Loss and accuracy of the global model on this client's test share."""
@@ -261,10 +259,6 @@ def _work_model(spec: TaskSpec) -> torch.nn.Module:
             del cache[next(iter(cache))]
         model = cache[spec] = spec.new_model()
     return model
-
-
-def _array(value: np.ndarray) -> Array:
-    return Array(**array_fields(np.ascontiguousarray(value)))
 
 
 def _state(context: Context) -> ConfigRecord:

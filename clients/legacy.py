@@ -32,9 +32,7 @@ from collections.abc import Mapping
 from logging import WARNING
 from typing import Final, TypeVar
 
-import numpy as np
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Context,
@@ -53,8 +51,9 @@ from flwr.compat.common.recorddict_compat import (
 )
 
 from fedleak import protocol
-from fedleak.arrays import array_fields
 from fedleak.errors import ProtocolError
+
+from .records import array_record
 
 __all__ = [
     "LEGACY_STATE",
@@ -187,12 +186,7 @@ def _translate_reply(msg: Message, reply: Message, context: Context) -> Message:
                 f"{len(names)} ({names}); return one array per parameter, in the "
                 "order received"
             )
-        arrays = ArrayRecord(
-            {
-                n: Array(**array_fields(np.ascontiguousarray(v)))
-                for n, v in zip(names, values, strict=True)
-            }
-        )
+        arrays = array_record(dict(zip(names, values, strict=True)))
         metrics = _numeric_metrics(fitres.metrics, context, "fit")
         metrics[protocol.NUM_EXAMPLES] = int(fitres.num_examples)
         new = RecordDict({protocol.ARRAYS_KEY: arrays, protocol.METRICS_KEY: metrics})

@@ -39,16 +39,16 @@ from typing import Any
 
 import numpy as np
 from fedleak.attacks.membership.embedding import EmbeddingMembership
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 
 from fedleak import protocol
-from fedleak.arrays import array_fields
 from fedleak.defenses import EMBEDDING_KEY
 from fedleak.errors import ConfigError, DataError
 from fedleak.settings import AdversarySettings, RunContext
 from fedleak.task import TaskSpec
 
 from .honest import HonestClient
+from .records import array_record
 from .secagg import QUANTISATION_STATE
 
 __all__ = [
@@ -197,12 +197,7 @@ class EmbeddingMembershipAdversary(HonestClient):
 
     def _remember(self, theta: np.ndarray, own: np.ndarray, quantum: float) -> None:
         state = self._context().state
-        state[_STATE_PREVIOUS] = ArrayRecord(
-            {
-                "theta": Array(**array_fields(np.ascontiguousarray(theta))),
-                "own": Array(**array_fields(np.ascontiguousarray(own))),
-            }
-        )
+        state[_STATE_PREVIOUS] = array_record({"theta": theta, "own": own})
         state[_STATE_META] = ConfigRecord(
             {"round": _round_of(self.config), "own-quantum": float(quantum)}
         )
