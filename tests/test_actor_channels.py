@@ -7,15 +7,18 @@ test marked ``slow`` opens real channels to a Ray actor.
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from test_actor_batches import (
     Actor,
     Backend,
@@ -26,8 +29,9 @@ from test_actor_batches import (
     message,
     serve,
 )
+from test_channel_frames import needs_shared
 
-from fedleak.runtime import actor_batches, actor_channels
+from fedleak.runtime import actor_batches, actor_channels, channel_frames
 from fedleak.runtime.actor_batches import Batch, run_jobs
 from fedleak.runtime.actor_channels import (
     ActorChannel,
@@ -65,7 +69,7 @@ class Served:
         )
         self.thread.start()
         server.settimeout(HANG_S)  # a hang fails the test instead of stalling it
-        self.channel = ActorChannel(server)
+        self.channel = ActorChannel.over(server)
 
 
 def _outcomes(batch: Batch) -> list[Any]:
@@ -120,15 +124,34 @@ def test_a_clients_error_is_an_outcome_and_the_channel_goes_on():
     served.channel.close()
 
 
-def test_a_batch_the_actor_cannot_read_breaks_that_call_with_its_reason():
+def test_an_item_the_actor_cannot_read_fails_alone_and_the_channel_goes_on():
     served = Served()
-    actor_channels._send(served.channel.sock, b"not a pickle")
+    payload = _payload(1)
+    payload.items.insert(0, b"not a pickle")
+    served.channel.send(payload)
+    unreadable, fine = _outcomes(served.channel.receive())
+    assert unreadable[0] is False and "invalid load key" in unreadable[2]
+    assert fine[0] is True
+    served.channel.send(_payload(4))
+    assert _outcomes(served.channel.receive())[0][0] is True
+    served.channel.close()
+
+
+def test_a_batch_the_actor_cannot_run_breaks_that_call_with_its_reason(monkeypatch):
+    served = Served()
+
+    def broken_run_jobs(*args: Any) -> Batch:
+        raise RuntimeError("no jobs today")
+
+    monkeypatch.setattr(actor_channels, "run_jobs", broken_run_jobs)
+    served.channel.send(_payload(1))
     with pytest.raises(
         ChannelBroken,
-        match=r"^the actor could not run the batch: UnpicklingError.*invalid load key",
+        match=r"^the actor could not run the batch: RuntimeError\('no jobs today'\)$",
     ):
         served.channel.receive()
     assert not served.channel.broken  # the stream itself is fine
+    monkeypatch.undo()
     served.channel.send(_payload(4))
     assert _outcomes(served.channel.receive())[0][0] is True
     served.channel.close()
@@ -149,7 +172,8 @@ def test_an_actor_that_dies_breaks_its_channel_for_good():
 def test_a_stream_cut_inside_a_reply_breaks_the_channel():
     server, client = socket.socketpair()
     channel = ActorChannel(server)
-    client.sendall(actor_channels._HEADER.pack(100) + b"only part")
+    header = channel_frames._HEADER.pack(channel_frames._MAGIC, 0, 0, 1, 1, 100)
+    client.sendall(header + struct.pack("!Q", 100) + b"only part")
     client.close()
     with pytest.raises(ChannelBroken, match=r"^the channel's other end closed it$"):
         channel.receive()
@@ -174,20 +198,114 @@ def test_a_socket_that_fails_under_a_write_breaks_the_channel_with_its_error():
     assert served.channel.broken
 
 
-def test_large_payloads_arrive_whole():
-    served = Served()
-    payload = _payload(1)
-    blob = bytes(range(256)) * 40_000  # 10 MB, beyond any single socket write
-    payload.shared.append(blob)
-    served.channel.send(payload)
-    assert _outcomes(served.channel.receive())[0][0] is True
-    # the framing carries exactly what was written
-    server, client = socket.socketpair()
-    writer = threading.Thread(target=actor_channels._send, args=(client, blob))
-    writer.start()
-    assert bytes(actor_channels._recv(server)) == blob
-    writer.join()
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_large_payloads_arrive_whole(monkeypatch, shared_memory):
+    if not shared_memory:
+        monkeypatch.setattr(actor_channels, "shared_areas_supported", lambda: False)
+    served = Served(actor=Echo())
+    assert (served.channel.areas is not None) is (
+        shared_memory and channel_frames.shared_areas_supported()
+    )
+    blob = np.frombuffer(bytes(range(256)) * 40_000, dtype=np.uint8)  # 10 MB
+    msg, cid, context = _job(1)
+    msg.content["big"] = ArrayRecord({"blob": Array(blob)})
+    payload = Batch()
+    payload.add((msg, cid, context))
+    assert len(payload.shared) == 1  # the array's bytes travel beside the item
+    for _ in range(2):  # the second time into areas already grown
+        served.channel.send(payload)
+        outcomes = served.channel.receive()
+        ok, reply, _ = outcomes.load(0)
+        assert ok is True and len(outcomes.shared) == 1
+        np.testing.assert_array_equal(reply.content["big"]["blob"].numpy(), blob)
+    if served.channel.areas is not None:  # both ways went through them
+        requests, replies = served.channel.areas
+        assert requests.size >= payload.size and replies.size >= blob.nbytes
     served.channel.close()
+
+
+@needs_shared
+def test_each_direction_has_its_own_named_area_and_the_actor_closes_its_own(
+    monkeypatch,
+):
+    taken: list[Any] = []
+    take = actor_channels._take_areas
+    monkeypatch.setattr(
+        actor_channels,
+        "_take_areas",
+        lambda sock: taken.append(take(sock)) or taken[-1],
+    )
+    served = Served()
+    areas = served.channel.areas
+    assert areas is not None
+    names = [os.readlink(f"/proc/self/fd/{area.fd}") for area in areas]
+    assert [n.split(" ")[0] for n in names] == [
+        "/memfd:fedleak-requests",
+        "/memfd:fedleak-replies",
+    ]
+    served.channel.send(_payload(1))
+    served.channel.receive()
+    served.channel.close()
+    served.thread.join(timeout=HANG_S)
+    assert not served.thread.is_alive()
+    ((actor_requests, actor_replies),) = taken
+    assert actor_requests.fd == -1 and actor_replies.fd == -1  # closed at the end
+
+
+def test_the_actor_takes_its_areas_or_none_and_closes_stray_descriptors():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(actor_channels._AREAS)  # says "areas" but hands over none
+        assert actor_channels._take_areas(b) is None
+        if hasattr(socket, "send_fds"):
+            stray = os.memfd_create("stray") if hasattr(os, "memfd_create") else 0
+            socket.send_fds(a, [actor_channels._NO_AREAS], [stray])
+            assert actor_channels._take_areas(b) is None
+            os.close(stray)
+            (received,) = [  # the descriptor the actor got is closed again
+                fd for fd in range(3, 1024) if _is_memfd(fd, "stray")
+            ] or [None]
+            assert received is None
+        a.close()
+        with pytest.raises(ChannelBroken, match=r"^the channel's other end closed it$"):
+            actor_channels._take_areas(b)
+
+
+def _is_memfd(fd: int, name: str) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name}")
+    except OSError:
+        return False
+
+
+def test_without_descriptor_passing_the_actor_reads_the_plain_byte(monkeypatch):
+    monkeypatch.delattr(socket, "recv_fds")
+    monkeypatch.setattr(actor_channels, "shared_areas_supported", lambda: False)
+    served = Served()
+    assert served.channel.areas is None
+    served.channel.send(_payload(2))
+    assert _outcomes(served.channel.receive())[0][0] is True
+    served.channel.close()
+
+
+def test_an_unreadable_failure_text_is_still_reported():
+    server, client = socket.socketpair()
+    with client:
+        channel = ActorChannel(server)
+        channel_frames.send_frame(client, actor_channels._FAILED, [b"bad \xff"], 1)
+        with pytest.raises(
+            ChannelBroken,
+            match=r"^the actor could not run the batch: bad \ufffd$",
+        ):
+            channel.receive()
+        channel.close()
+
+
+class Echo(Actor):
+    """Replies with the request's own content (large arrays come back)."""
+
+    def run(self, client_app_fn: Any, message: Message, cid: str, context: Any) -> Any:
+        return cid, Message(message.content, reply_to=message), context
 
 
 # ------------------------------------------------------------ channel sets
@@ -512,6 +630,7 @@ def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
     channel = actor_channels.open_channel(_fake_actor(), app_fn, timeout=TIMEOUT)
     assert channel is not None
     assert channel.sock.gettimeout() is None  # a batch may take as long as it takes
+    assert (channel.areas is not None) is channel_frames.shared_areas_supported()
     (thread,) = [t for t in threading.enumerate() if t.name == "fedleak-channel"]
     assert thread.daemon  # it never keeps the actor's process alive
     channel.send(_payload(3))
@@ -520,6 +639,28 @@ def test_an_actor_on_this_node_gets_a_working_channel(fake_ray):
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert fake_ray == []
+
+
+def test_shared_memory_that_cannot_be_handed_over_gives_no_channel(
+    fake_ray, monkeypatch
+):
+    def refuse(*args: Any) -> None:
+        raise OSError("no descriptors today")
+
+    monkeypatch.setattr(actor_channels, "shared_areas_supported", lambda: True)
+    monkeypatch.setattr(actor_channels.socket, "send_fds", refuse)
+    before = {t.ident for t in threading.enumerate()}
+    assert actor_channels.open_channel(_fake_actor(), app_fn, timeout=TIMEOUT) is None
+    assert fake_ray == [
+        WARNING.format(
+            "its shared memory could not be handed over "
+            "(OSError('no descriptors today'))"
+        )
+    ]
+    deadline = time.monotonic() + HANG_S  # the actor's thread sees the stream end
+    while {t.ident for t in threading.enumerate()} - before:
+        assert time.monotonic() < deadline, "the actor's thread did not end"
+        time.sleep(0.01)
 
 
 def _granted(requested: int) -> int:
@@ -584,7 +725,7 @@ def test_an_actor_that_answers_after_the_server_gave_up_opens_nothing(
         )
     finally:
         listener.close()
-    assert {t.ident for t in threading.enumerate()} == before
+    assert {t.ident for t in threading.enumerate()} <= before  # no thread started
     assert fake_ray == []
 
 

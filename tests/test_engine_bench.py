@@ -30,9 +30,11 @@ def record(tmp_path_factory):
 def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
     experiment = record[name]
     assert experiment["rounds"] == rounds and record["blocks"] == 1
-    for way in ("essential", "fedleak", "flower"):
+    # fedleak's simulation runs between two in-process runs
+    assert experiment["essential"]["runs_per_block"] == 2
+    for way, runs in (("essential", 2), ("fedleak", 1), ("flower", 1)):
         result = experiment[way]
-        assert len(result["round_s"]) == rounds - 1  # the first round is left out
+        assert len(result["round_s"]) == runs * (rounds - 1)  # first rounds left out
         assert set(result["median"]) == set(COMPONENTS)
         assert all(value >= 0 for value in result["median"].values())
     fedleak, flower, essential = (
@@ -54,6 +56,10 @@ def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
     assert experiment["flower_vs_fedleak_total"] == pytest.approx(
         flower["total_round_s"] / fedleak["total_round_s"]
     )
+    assert experiment["fedleak_vs_essential_total"] == pytest.approx(
+        fedleak["total_round_s"] / (essential["total_round_s"] / 2)
+    )
+    assert len(experiment["outcomes"]["essential"]) == 2
     # every round of the peer waits at least one whole poll for its replies
     steps = flower["rounds_by_poll_steps"]
     assert sum(steps.values()) == rounds - 1 and min(map(int, steps)) >= 1

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fedleak.bench import engine as engine_bench
 from fedleak.bench.engine import _experiment, _spread_line, rounds_by_poll_steps
 
 POLLING = {"engine": "flower", "poll_interval": 0.1, "wake_ups": False}
@@ -83,6 +84,9 @@ def test_experiment_gives_medians_sums_and_each_blocks_ratio():
         [0.22 / 0.045, 0.13 / 0.06]
     )
     assert out["fedleak_vs_essential"] == pytest.approx(0.05 / statistics.median(split))
+    assert out["fedleak_vs_essential_by_block"] == pytest.approx(
+        [0.045 / statistics.median(split[:3]), 0.06 / statistics.median(split[3:])]
+    )
     assert out["fedleak_vs_essential_total"] == pytest.approx(0.315 / sum(split))
     assert out["fedleak_vs_serial"] == pytest.approx(0.05 / 0.045)
     assert out["same_results"] is True
@@ -119,15 +123,68 @@ def test_experiment_refuses_blocks_that_do_not_pair_up():
         _experiment(runs, actors=1)
 
 
+def test_two_in_process_runs_a_block_make_one_essential_block():
+    runs = {
+        "essential": [
+            _run([0.03, 0.05, 0.04]),
+            _run([0.05, 0.07, 0.06]),
+            _run([0.02, 0.02, 0.02]),
+            _run([0.04, 0.04, 0.04]),
+        ],
+        "fedleak": [_run([0.04, 0.05, 0.045], WOKEN), _run([0.05, 0.06], WOKEN)],
+        "flower": [_run([0.12, 0.22], POLLING), _run([0.12, 0.13], POLLING)],
+    }
+    out = _experiment(runs, actors=1)
+    essential = out["essential"]
+    assert essential["runs_per_block"] == 2
+    # each round's essential compute: its wait (wall - 0.015) on one actor
+    assert essential["block_median_round_s"] == pytest.approx([0.035, 0.015])
+    assert essential["median_round_s"] == pytest.approx(0.025)
+    assert essential["total_round_s"] == pytest.approx(0.3)
+    # the sums' ratio sets fedleak's rounds against one in-process run a block
+    assert out["fedleak_vs_essential_total"] == pytest.approx(0.245 / 0.15)
+    assert out["fedleak_vs_essential"] == pytest.approx(0.05 / 0.025)
+    assert out["fedleak_vs_essential_by_block"] == pytest.approx(
+        [0.045 / 0.035, 0.055 / 0.015]
+    )
+
+
+def test_in_process_runs_that_do_not_split_over_the_blocks_are_refused():
+    runs = {
+        "essential": [_run([0.03, 0.04])] * 3,
+        "fedleak": [_run([0.04, 0.05], WOKEN)] * 2,
+        "flower": [_run([0.12, 0.22], POLLING)] * 2,
+    }
+    with pytest.raises(ValueError, match="3 in-process runs do not split evenly"):
+        _experiment(runs, actors=1)
+
+
+def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
+    monkeypatch.setattr(engine_bench, "SETTLE_S", 0.0)
+    log: list[str] = []
+    runs: dict[str, list[str]] = {"essential": [], "fedleak": [], "flower": []}
+    for fast in (True, False):
+        engine_bench._bracketed(
+            runs,
+            fast,
+            lambda: log.append("E") or "e",
+            lambda fast=fast: log.append("F" if fast else "W") or "s",
+            lambda line: None,
+        )
+    assert log == ["E", "F", "E", "W"]
+    assert runs == {"essential": ["e", "e"], "fedleak": ["s"], "flower": ["s"]}
+
+
 def test_spread_line_gives_the_sums_the_blocks_and_the_poll_split():
     row = {
         "fedleak_vs_essential_total": 1.382,
         "flower_vs_fedleak_total": 3.997,
+        "fedleak_vs_essential_by_block": [1.3112, 1.7049],
         "flower_vs_fedleak_by_block": [5.1447, 2.8527],
         "flower": {"rounds_by_poll_steps": {"1": 151, "2": 147}},
     }
     assert _spread_line("quickstart", row) == (
         "quickstart: rounds summed fedleak / essential 1.38x, Flower / fedleak "
-        "4.00x; Flower / fedleak by block 5.14x / 2.85x; Flower's rounds by poll "
-        "steps 1: 51%, 2: 49%"
+        "4.00x; by block fedleak / essential 1.31x / 1.70x, Flower / fedleak "
+        "5.14x / 2.85x; Flower's rounds by poll steps 1: 51%, 2: 49%"
     )

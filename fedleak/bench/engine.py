@@ -39,16 +39,22 @@ in a process), the clients' processes only in ``fedleak`` and ``essential``.
 Each way runs ``rounds`` rounds; the first round is left out everywhere (Ray's
 start-up, the one-off partition-id query and key setup). A full run repeats
 the two simulations in two blocks in swapped order so that drift of the
-machine spreads over both. The record gives each way's median round and its
-medians per component (the ``timing`` rows of ``results.json``), the ratios
-``fedleak / essential``, ``flower / fedleak`` and ``fedleak / serial`` (the
-in-process round as it ran, one client after another: the compute the round
-contains without the parallel split), and whether the three ways produced
-the same numbers (they must: same seed, same results).
+machine spreads over both, and runs the in-process way just before and just
+after each ``fedleak`` simulation, so that the essential round is measured
+over the same stretch of the machine's time as the round set against it
+(its speed drifts by a fifth to a third within minutes). The record gives
+each way's median round and its medians per component (the ``timing`` rows
+of ``results.json``), the ratios ``fedleak / essential``, ``flower /
+fedleak`` and ``fedleak / serial`` (the in-process round as it ran, one
+client after another: the compute the round contains without the parallel
+split), and whether the three ways produced the same numbers (they must:
+same seed, same results).
 
 Beside the medians it gives each way's rounds summed (``total_round_s``, the
-experiment's time in rounds) with the ratios of those sums (``*_total``),
-the median of each block with ``flower / fedleak`` per block, and how many of
+experiment's time in rounds; the in-process way's over its
+``runs_per_block`` runs a block, divided by that in the ratios) with the
+ratios of those sums (``*_total``), the median of each block with
+``fedleak / essential`` and ``flower / fedleak`` per block, and how many of
 the peer's rounds waited one, two, ... polls (``rounds_by_poll_steps``).
 Flower's rounds fall into those steps: where about half the rounds take one
 more step, its median round flips between steps from block to block, and the
@@ -66,7 +72,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -400,16 +406,22 @@ def _essential_rounds(rows: list[dict[str, Any]], actors: int) -> list[float]:
     return [r["server_s"] + r["evaluate_s"] + r["wait_s"] / actors for r in rows]
 
 
-def _essential(timings: list[dict[str, Any]], actors: int) -> dict[str, Any]:
+def _essential(
+    timings: list[dict[str, Any]], actors: int, per_block: int = 1
+) -> dict[str, Any]:
+    """Return the essential round of in-process runs, ``per_block`` runs a block."""
     rows = _rows(timings)
     per_round = _essential_rounds(rows, actors)
+    blocks = [timings[k : k + per_block] for k in range(0, len(timings), per_block)]
     return {
+        "runs_per_block": per_block,
         "median_round_s": statistics.median(per_round),
         "median_serial_round_s": statistics.median(r["wall_s"] for r in rows),
         "median": _medians(rows),
         "total_round_s": sum(per_round),
         "block_median_round_s": [
-            statistics.median(_essential_rounds(_rows([t]), actors)) for t in timings
+            statistics.median(_essential_rounds(_rows(block), actors))
+            for block in blocks
         ],
         "round_s": per_round,
     }
@@ -453,10 +465,26 @@ def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
     return float(a[key] / b[key])
 
 
+def _by_block(a: dict[str, Any], b: dict[str, Any]) -> list[float]:
+    """Return ``a / b`` of each block's median round (blocks must pair up)."""
+    return [
+        x / y
+        for x, y in zip(
+            a["block_median_round_s"], b["block_median_round_s"], strict=True
+        )
+    ]
+
+
 def _experiment(
     runs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]], actors: int
 ) -> dict[str, Any]:
-    essential = _essential([t for t, _ in runs["essential"]], actors)
+    per_block, left = divmod(len(runs["essential"]), len(runs["fedleak"]))
+    if left or not per_block:
+        raise ValueError(
+            f"{len(runs['essential'])} in-process runs do not split evenly over "
+            f"{len(runs['fedleak'])} blocks"
+        )
+    essential = _essential([t for t, _ in runs["essential"]], actors, per_block)
     arms = {
         name: _arm([t for t, _ in runs[name]], runs[name][0][0]["engine"])
         for name in ("fedleak", "flower")
@@ -472,16 +500,11 @@ def _experiment(
         "fedleak_vs_serial": fedleak["median_round_s"]
         / essential["median_serial_round_s"],
         "flower_vs_fedleak": _ratio(flower, fedleak, "median_round_s"),
-        "fedleak_vs_essential_total": _ratio(fedleak, essential, "total_round_s"),
+        "fedleak_vs_essential_total": fedleak["total_round_s"]
+        / (essential["total_round_s"] / per_block),
         "flower_vs_fedleak_total": _ratio(flower, fedleak, "total_round_s"),
-        "flower_vs_fedleak_by_block": [
-            f / g
-            for f, g in zip(
-                flower["block_median_round_s"],
-                fedleak["block_median_round_s"],
-                strict=True,
-            )
-        ],
+        "fedleak_vs_essential_by_block": _by_block(fedleak, essential),
+        "flower_vs_fedleak_by_block": _by_block(flower, fedleak),
         "same_results": len({o["digest"] for o in outcomes}) == 1,
         "outcomes": {name: [o for _, o in runs[name]] for name in runs},
     }
@@ -516,8 +539,9 @@ def run_engine_bench(
         The JSON record (written atomically).
     quick : bool, default=False
         One block of 30 quickstart and 8 secure rounds per way (a full run:
-        two blocks of 150 and 60; 30 secure rounds gave medians that moved
-        by a quarter between runs).
+        two blocks of 150 and 150; 30 secure rounds gave medians that moved
+        by a quarter between runs, and 60 rounds, 2 s of the machine's
+        time, fell within one of its slow or fast spells).
     rounds, secure_rounds : int, optional
         Rounds per run of each experiment (overrides ``quick``'s choice).
     verbose : bool, default=False
@@ -532,7 +556,7 @@ def run_engine_bench(
     """
     blocks = 1 if quick else 2
     rounds = rounds or (30 if quick else 150)
-    secure_rounds = secure_rounds or (8 if quick else 60)
+    secure_rounds = secure_rounds or (8 if quick else 150)
     if rounds < 2 or secure_rounds < 2:
         raise fedleak.ConfigError("rounds must be >= 2 (the first round is left out)")
     say = progress or (lambda line: None)
@@ -544,28 +568,8 @@ def run_engine_bench(
     load_before = os.getloadavg()
     say("CLI start-up: fedleak and flwr, 5 fresh processes each")
     cli_startup = measure_cli_startup(repeats=5)
-    quickstart: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
-    secure: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
     secure_config = _secure_config(secure_rounds)
-    with tempfile.TemporaryDirectory(prefix="fedleak-bench-engine-") as tmp:
-        work = Path(tmp)
-        for block in range(blocks):
-            order = [True, False] if block % 2 == 0 else [False, True]
-            say(f"block {block + 1}/{blocks}: quickstart in process")
-            quickstart["essential"].append(_essential_quickstart(rounds, work, verbose))
-            for fast in order:
-                say(f"block {block + 1}/{blocks}: quickstart, {_name(fast)} engine")
-                run = _simulate_quickstart(rounds, fast, verbose, work)
-                quickstart[_name(fast)].append(run)
-                time.sleep(SETTLE_S)
-            say(f"block {block + 1}/{blocks}: secure round in process")
-            secure["essential"].append(_essential_secure(secure_config, verbose))
-            for fast in order:
-                say(f"block {block + 1}/{blocks}: secure round, {_name(fast)} engine")
-                secure[_name(fast)].append(
-                    _simulate_secure(secure_config, fast, verbose)
-                )
-                time.sleep(SETTLE_S)
+    quickstart, secure = _run_blocks(blocks, rounds, secure_config, verbose, say)
     quick_config = _quickstart_config(rounds, "fedleak")
     record = BenchRecord("engine", Path(out))
     document = record.write(
@@ -601,17 +605,86 @@ def run_engine_bench(
     return document
 
 
+def _run_blocks(
+    blocks: int,
+    rounds: int,
+    secure_config: ExperimentConfig,
+    verbose: bool,
+    say: Callable[[str], None],
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """Run every way of both experiments, ``blocks`` times in alternating order."""
+
+    def say_step(label: str, way: str) -> None:
+        say(f"{label}, {way}")
+
+    quickstart: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
+    secure: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
+    with tempfile.TemporaryDirectory(prefix="fedleak-bench-engine-") as tmp:
+        work = Path(tmp)
+        for block in range(blocks):
+            order = [True, False] if block % 2 == 0 else [False, True]
+            step = f"block {block + 1}/{blocks}"
+            for fast in order:
+                _bracketed(
+                    quickstart,
+                    fast,
+                    partial(_essential_quickstart, rounds, work, verbose),
+                    partial(_simulate_quickstart, rounds, fast, verbose, work),
+                    partial(say_step, f"{step}: quickstart"),
+                )
+            for fast in order:
+                _bracketed(
+                    secure,
+                    fast,
+                    partial(_essential_secure, secure_config, verbose),
+                    partial(_simulate_secure, secure_config, fast, verbose),
+                    partial(say_step, f"{step}: secure round"),
+                )
+    return quickstart, secure
+
+
+def _bracketed(
+    runs: dict[str, list[Any]],
+    fast: bool,
+    essential: Callable[[], Any],
+    simulate: Callable[[], Any],
+    say: Callable[[str], None],
+) -> None:
+    """Run one simulation; fedleak's between two in-process runs.
+
+    The machine's speed drifts by a fifth to a third within minutes, and an
+    in-process run lasts a few seconds: measured once per block, the
+    essential round could fall in another state than the fedleak round it
+    is set against. Measured just before and just after it, it spans the
+    same stretch of time.
+    """
+    if fast:
+        say("in process")
+        runs["essential"].append(essential())
+    say(f"{_name(fast)} engine")
+    runs[_name(fast)].append(simulate())
+    time.sleep(SETTLE_S)
+    if fast:
+        say("in process")
+        runs["essential"].append(essential())
+
+
 def _spread_line(name: str, row: dict[str, Any]) -> str:
-    """One line: the sums' ratios, Flower / fedleak per block, the poll steps."""
+    """One line: the sums' ratios, both ratios per block, the poll steps."""
     steps = row["flower"]["rounds_by_poll_steps"] or {}
     counted = sum(steps.values())
     split = ", ".join(f"{k}: {100 * n / counted:.0f}%" for k, n in steps.items())
-    blocks = " / ".join(f"{r:.2f}x" for r in row["flower_vs_fedleak_by_block"])
+
+    def by_block(key: str) -> str:
+        return " / ".join(f"{r:.2f}x" for r in row[key])
+
     return (
         f"{name}: rounds summed fedleak / essential "
         f"{row['fedleak_vs_essential_total']:.2f}x, Flower / fedleak "
-        f"{row['flower_vs_fedleak_total']:.2f}x; Flower / fedleak by block "
-        f"{blocks}; Flower's rounds by poll steps {split}"
+        f"{row['flower_vs_fedleak_total']:.2f}x; by block fedleak / essential "
+        f"{by_block('fedleak_vs_essential_by_block')}, Flower / fedleak "
+        f"{by_block('flower_vs_fedleak_by_block')}; Flower's rounds by poll "
+        f"steps {split}"
     )
 
 

@@ -253,6 +253,13 @@ class Batch:
         self.__init__()  # type: ignore[misc]
         self.items, self.shared = state["items"], state["shared"]
 
+    @classmethod
+    def of(cls, items: list[bytes], shared: list[bytes]) -> Batch:
+        """Return the batch of these pickled ``items`` and ``shared`` strings."""
+        batch = cls()
+        batch.items, batch.shared = items, shared
+        return batch
+
     @property
     def size(self) -> int:
         """Bytes the payload carries."""

@@ -18,9 +18,14 @@ reader sleeps in ``recv``:
   socket in a private temporary folder, and a Ray call
   (``__ray_call__``, the actor's own process) connects a thread of the
   actor's process to it, which proves itself with a random token;
-- every later batch for that actor is written to the socket, run by that
-  thread exactly as ``run_jobs`` runs it in a Ray call, and its outcomes
-  written back;
+- the server then hands the actor's thread two shared memory areas (where
+  the platform has them), one per direction, through the socket;
+- every later batch for that actor is written as a frame
+  (:mod:`~fedleak.runtime.channel_frames`: the batch's pickled items and
+  shared byte strings as they are, their bytes in the shared area, only a
+  header and a table of lengths through the socket), run by that thread
+  exactly as ``run_jobs`` runs it in a Ray call, and its outcomes written
+  back the same way;
 - an actor on another node than the server keeps Ray's calls (a Unix socket
   does not leave the node), as does one whose channel did not open;
 - a channel that breaks (its actor died) fails that batch as a failed Ray
@@ -38,11 +43,9 @@ import contextlib
 import hmac
 import logging
 import os
-import pickle
 import secrets
 import shutil
 import socket
-import struct
 import tempfile
 import threading
 import weakref
@@ -50,6 +53,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .actor_batches import Batch, PerBackend, run_jobs
+from .channel_frames import (
+    ChannelBroken,
+    SharedArea,
+    _recv_exact,
+    receive_frame,
+    send_frame,
+    shared_areas_supported,
+)
 
 __all__ = [
     "OPEN_TIMEOUT_S",
@@ -73,22 +84,20 @@ batch over in pieces, each waiting for the reader, which on 2 cores shares
 a CPU with the other, already computing, actor: one such write took 2.2 ms.
 With the larger buffer the upload exchange of the engine bench's secure
 round took 0.3-0.45 ms less (medians of 200 rounds each way, alternating
-round by round in one run). The kernel caps the request at twice
-``net.core.wmem_max`` / ``rmem_max``."""
+round by round in one run), when batches still went through the socket;
+they now do only where there is no shared memory, or beyond
+:data:`~fedleak.runtime.channel_frames.SHARED_MAX_BYTES`. The kernel caps
+the request at twice ``net.core.wmem_max`` / ``rmem_max``."""
 
 _LOG = logging.getLogger("flwr")
-_HEADER = struct.Struct("!Q")
 _TOKEN_BYTES = 32
 _OK, _FAILED = 0, 1
+_AREAS, _NO_AREAS = b"\x01", b"\x00"
 
 
 def channels_supported() -> bool:
     """Return whether this platform has Unix sockets (not Windows' Python)."""
     return hasattr(socket, "AF_UNIX")
-
-
-class ChannelBroken(ConnectionError):
-    """A channel's stream ended or failed (its actor died or it was closed)."""
 
 
 def _widen_buffers(sock: socket.socket) -> None:
@@ -98,26 +107,39 @@ def _widen_buffers(sock: socket.socket) -> None:
             sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
 
 
-def _send(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(_HEADER.pack(len(payload)))
-    sock.sendall(payload)
+def _offer_areas(sock: socket.socket) -> tuple[SharedArea, SharedArea] | None:
+    """Server's end: create the requests' and replies' areas, hand them over.
+
+    Sends one byte, with the two descriptors where shared memory is
+    supported (:func:`~fedleak.runtime.channel_frames.shared_areas_supported`);
+    None: frames go inline.
+    """
+    if not shared_areas_supported():
+        sock.sendall(_NO_AREAS)
+        return None
+    areas = SharedArea.create("fedleak-requests"), SharedArea.create("fedleak-replies")
+    try:
+        socket.send_fds(sock, [_AREAS], [area.fd for area in areas])
+    except OSError:
+        for area in areas:
+            area.close()
+        raise
+    return areas
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytearray:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = sock.recv_into(view[got:], size - got)
-        if n == 0:
-            raise ChannelBroken("the channel's other end closed it")
-        got += n
-    return buffer
-
-
-def _recv(sock: socket.socket) -> bytearray:
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
-    return _recv_exact(sock, size)
+def _take_areas(sock: socket.socket) -> tuple[SharedArea, SharedArea] | None:
+    """Actor's end: receive what :func:`_offer_areas` sent."""
+    if hasattr(socket, "recv_fds"):
+        data, fds, _, _ = socket.recv_fds(sock, 1, 2)
+    else:  # platforms without descriptor passing
+        data, fds = sock.recv(1), []
+    if not data:
+        raise ChannelBroken("the channel's other end closed it")
+    if data == _AREAS and len(fds) == 2:
+        return SharedArea(fds[0]), SharedArea(fds[1])
+    for fd in fds:
+        os.close(fd)
+    return None
 
 
 class ActorChannel:
@@ -127,16 +149,31 @@ class ActorChannel:
     ----------
     sock : socket.socket
         The connected Unix socket; the channel owns it.
+    areas : tuple of SharedArea, optional
+        The requests' and the replies' shared areas (the channel owns them);
+        None: every frame goes inline through the socket.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(
+        self, sock: socket.socket, areas: tuple[SharedArea, SharedArea] | None = None
+    ) -> None:
         self.sock = sock
+        self.areas = areas
         self.broken = False
         self._closed = False
 
+    @classmethod
+    def over(cls, sock: socket.socket) -> ActorChannel:
+        """Offer the shared areas on ``sock`` (the actor's thread takes them)."""
+        return cls(sock, _offer_areas(sock))
+
     def send(self, payload: Batch) -> None:
         """Write a batch's payload (the call's submission)."""
-        self._guard(lambda: _send(self.sock, pickle.dumps(payload, protocol=5)))
+        requests = None if self.areas is None else self.areas[0]
+        parts = [*payload.items, *payload.shared]
+        self._guard(
+            lambda: send_frame(self.sock, _OK, parts, len(payload.items), requests)
+        )
 
     def receive(self) -> Batch:
         """Wait for the outcomes of the batch sent last (the call's result).
@@ -147,18 +184,19 @@ class ActorChannel:
             The stream ended or failed, or the actor could not run the
             batch at all (not a client's error: those are outcomes).
         """
-        status, value = self._guard(lambda: pickle.loads(_recv(self.sock)))
+        replies = None if self.areas is None else self.areas[1]
+        status, parts, first = self._guard(lambda: receive_frame(self.sock, replies))
         if status != _OK:
-            raise ChannelBroken(f"the actor could not run the batch: {value}")
-        outcomes: Batch = value
-        return outcomes
+            reason = b"".join(parts).decode(errors="replace")
+            raise ChannelBroken(f"the actor could not run the batch: {reason}")
+        return Batch.of(parts[:first], parts[first:])
 
     def _guard(self, step: Callable[[], Any]) -> Any:
         if self.broken or self._closed:
             raise ChannelBroken("the channel is closed")
         try:
             return step()
-        except (OSError, EOFError, pickle.UnpicklingError) as ex:
+        except OSError as ex:  # ChannelBroken is one
             self.broken = True
             self.close()
             if isinstance(ex, ChannelBroken):
@@ -173,6 +211,8 @@ class ActorChannel:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        for area in self.areas or ():
+            area.close()
 
 
 def serve_in_actor(
@@ -206,22 +246,41 @@ def serve_in_actor(
 
 
 def _serve(actor: Any, sock: socket.socket, app_fn: Callable[[], Any]) -> None:
-    """Run each batch received with ``run_jobs`` and reply (the actor's thread)."""
+    """Take the shared areas, then serve batches until the stream ends."""
     with sock:
-        while True:
-            try:
-                data = _recv(sock)
-            except (ChannelBroken, OSError):
-                return
-            try:
-                reply = (_OK, run_jobs(actor, app_fn, pickle.loads(data)))
-                blob = pickle.dumps(reply, protocol=5)
-            except Exception as ex:  # the batch itself is unusable here
-                blob = pickle.dumps((_FAILED, repr(ex)), protocol=5)
-            try:
-                _send(sock, blob)
-            except OSError:
-                return
+        try:
+            areas = _take_areas(sock)
+        except OSError:  # ChannelBroken is one
+            return
+        try:
+            _serve_batches(actor, sock, app_fn, areas)
+        finally:
+            for area in areas or ():
+                area.close()
+
+
+def _serve_batches(
+    actor: Any,
+    sock: socket.socket,
+    app_fn: Callable[[], Any],
+    areas: tuple[SharedArea, SharedArea] | None,
+) -> None:
+    """Run each batch received with ``run_jobs`` and reply (the actor's thread)."""
+    requests, replies = areas if areas is not None else (None, None)
+    while True:
+        try:
+            _, parts, first = receive_frame(sock, requests)
+        except OSError:  # the stream ended (ChannelBroken) or failed
+            return
+        try:
+            outcomes = run_jobs(actor, app_fn, Batch.of(parts[:first], parts[first:]))
+            frame = (_OK, [*outcomes.items, *outcomes.shared], len(outcomes.items))
+        except Exception as ex:  # the batch itself is unusable here
+            frame = (_FAILED, [repr(ex).encode()], 1)
+        try:
+            send_frame(sock, *frame, replies)
+        except OSError:
+            return
 
 
 def open_channel(
@@ -267,7 +326,12 @@ def open_channel(
         sock.close()
         _give_up("it sent a wrong token")
         return None
-    return ActorChannel(sock)
+    try:
+        return ActorChannel.over(sock)
+    except OSError as ex:
+        sock.close()
+        _give_up(f"its shared memory could not be handed over ({ex!r})")
+        return None
 
 
 def _give_up(reason: str) -> None:
