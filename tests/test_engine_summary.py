@@ -149,6 +149,13 @@ def test_two_in_process_runs_a_block_make_one_essential_block():
     )
 
 
+def test_one_in_process_run_a_block_is_the_default():
+    timings = [_run([0.03, 0.05])[0], _run([0.02, 0.04])[0]]
+    essential = engine_bench._essential(timings, actors=1)
+    assert essential["runs_per_block"] == 1
+    assert essential["block_median_round_s"] == pytest.approx([0.025, 0.015])
+
+
 def test_in_process_runs_that_do_not_split_over_the_blocks_are_refused():
     runs = {
         "essential": [_run([0.03, 0.04])] * 3,
@@ -162,6 +169,7 @@ def test_in_process_runs_that_do_not_split_over_the_blocks_are_refused():
 def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
     monkeypatch.setattr(engine_bench, "SETTLE_S", 0.0)
     log: list[str] = []
+    said: list[str] = []
     runs: dict[str, list[str]] = {"essential": [], "fedleak": [], "flower": []}
     for fast in (True, False):
         engine_bench._bracketed(
@@ -169,9 +177,10 @@ def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
             fast,
             lambda: log.append("E") or "e",
             lambda fast=fast: log.append("F" if fast else "W") or "s",
-            lambda line: None,
+            said.append,
         )
     assert log == ["E", "F", "E", "W"]
+    assert said == ["in process", "fedleak engine", "in process", "flower engine"]
     assert runs == {"essential": ["e", "e"], "fedleak": ["s"], "flower": ["s"]}
 
 

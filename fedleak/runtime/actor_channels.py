@@ -56,8 +56,8 @@ from .actor_batches import Batch, PerBackend, run_jobs
 from .channel_frames import (
     ChannelBroken,
     SharedArea,
-    _recv_exact,
     receive_frame,
+    recv_exact,
     send_frame,
     shared_areas_supported,
 )
@@ -316,7 +316,7 @@ def open_channel(
     _widen_buffers(sock)
     try:
         sock.settimeout(timeout)
-        proof = bytes(_recv_exact(sock, _TOKEN_BYTES))
+        proof = bytes(recv_exact(sock, _TOKEN_BYTES))
         sock.settimeout(None)
     except (OSError, ChannelBroken) as ex:
         sock.close()

@@ -40,6 +40,7 @@ __all__ = [
     "ChannelBroken",
     "SharedArea",
     "receive_frame",
+    "recv_exact",
     "send_frame",
     "shared_areas_supported",
 ]
@@ -200,18 +201,18 @@ def receive_frame(
         The stream ended, even inside a frame, or it does not carry frames.
     """
     magic, carrier, status, first, count, total = _HEADER.unpack(
-        _recv_exact(sock, _HEADER.size)
+        recv_exact(sock, _HEADER.size)
     )
     if magic != _MAGIC or carrier not in (_INLINE, _SHARED) or first > count:
         raise ChannelBroken("the channel's stream is not a frame")
-    lengths = struct.unpack(f"!{count}Q", _recv_exact(sock, 8 * count))
+    lengths = struct.unpack(f"!{count}Q", recv_exact(sock, 8 * count))
     if sum(lengths) != total:
         raise ChannelBroken("a frame's table does not add up to its size")
     if carrier == _SHARED:
         if area is None:
             raise ChannelBroken("a frame in shared memory on a channel without it")
         return status, area.read(lengths), first
-    data = memoryview(_recv_exact(sock, total))
+    data = memoryview(recv_exact(sock, total))
     parts = []
     at = 0
     for length in lengths:
@@ -220,7 +221,8 @@ def receive_frame(
     return status, parts, first
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytearray:
+def recv_exact(sock: socket.socket, size: int) -> bytearray:
+    """Read exactly ``size`` bytes; :class:`ChannelBroken` if the stream ends first."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     got = 0
