@@ -142,6 +142,16 @@ def _take_areas(sock: socket.socket) -> tuple[SharedArea, SharedArea] | None:
     return None
 
 
+def _parts(batch: Batch) -> tuple[list[bytes], int]:
+    """Return a batch's frame parts (items, then shared strings) and its item count."""
+    return [*batch.items, *batch.shared], len(batch.items)
+
+
+def _batch(parts: list[bytes], first: int) -> Batch:
+    """Return the batch of a frame's parts (:func:`_parts` undone)."""
+    return Batch.of(parts[:first], parts[first:])
+
+
 class ActorChannel:
     """The server's end of one actor's channel.
 
@@ -170,10 +180,7 @@ class ActorChannel:
     def send(self, payload: Batch) -> None:
         """Write a batch's payload (the call's submission)."""
         requests = None if self.areas is None else self.areas[0]
-        parts = [*payload.items, *payload.shared]
-        self._guard(
-            lambda: send_frame(self.sock, _OK, parts, len(payload.items), requests)
-        )
+        self._guard(lambda: send_frame(self.sock, _OK, *_parts(payload), requests))
 
     def receive(self) -> Batch:
         """Wait for the outcomes of the batch sent last (the call's result).
@@ -189,7 +196,7 @@ class ActorChannel:
         if status != _OK:
             reason = b"".join(parts).decode(errors="replace")
             raise ChannelBroken(f"the actor could not run the batch: {reason}")
-        return Batch.of(parts[:first], parts[first:])
+        return _batch(parts, first)
 
     def _guard(self, step: Callable[[], Any]) -> Any:
         if self.broken or self._closed:
@@ -273,8 +280,7 @@ def _serve_batches(
         except OSError:  # the stream ended (ChannelBroken) or failed
             return
         try:
-            outcomes = run_jobs(actor, app_fn, Batch.of(parts[:first], parts[first:]))
-            frame = (_OK, [*outcomes.items, *outcomes.shared], len(outcomes.items))
+            frame = (_OK, *_parts(run_jobs(actor, app_fn, _batch(parts, first))))
         except Exception as ex:  # the batch itself is unusable here
             frame = (_FAILED, [repr(ex).encode()], 1)
         try:
@@ -318,7 +324,7 @@ def open_channel(
         sock.settimeout(timeout)
         proof = bytes(recv_exact(sock, _TOKEN_BYTES))
         sock.settimeout(None)
-    except (OSError, ChannelBroken) as ex:
+    except OSError as ex:  # ChannelBroken is one
         sock.close()
         _give_up(f"it sent no token ({ex!r})")
         return None
