@@ -60,6 +60,9 @@ def test_every_way_reports_its_rounds_and_their_parts(record, name, rounds):
         fedleak["total_round_s"] / (essential["total_round_s"] / 2)
     )
     assert len(experiment["outcomes"]["essential"]) == 2
+    # the machine's two CPUs, probed before and after fedleak's bracket
+    assert len(experiment["cpu_pairs"]) == 2
+    assert all(0 < t < 2 for t in experiment["cpu_pair_throughput"])
     # every round of the peer waits at least one whole poll for its replies
     steps = flower["rounds_by_poll_steps"]
     assert sum(steps.values()) == rounds - 1 and min(map(int, steps)) >= 1

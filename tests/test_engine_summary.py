@@ -166,11 +166,11 @@ def test_in_process_runs_that_do_not_split_over_the_blocks_are_refused():
         _experiment(runs, actors=1)
 
 
-def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
-    monkeypatch.setattr(engine_bench, "SETTLE_S", 0.0)
-    log: list[str] = []
-    said: list[str] = []
-    runs: dict[str, list[str]] = {"essential": [], "fedleak": [], "flower": []}
+def _bracket_both_ways(
+    log: list[str], said: list[str], probe: Any = None
+) -> dict[str, list[Any]]:
+    """Bracket fedleak's then Flower's simulation; each step logs a letter."""
+    runs: dict[str, list[Any]] = {"essential": [], "fedleak": [], "flower": []}
     for fast in (True, False):
         engine_bench._bracketed(
             runs,
@@ -178,10 +178,66 @@ def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
             lambda: log.append("E") or "e",
             lambda fast=fast: log.append("F" if fast else "W") or "s",
             said.append,
+            probe,
         )
+    return runs
+
+
+def test_fedleaks_simulation_runs_between_two_in_process_runs(monkeypatch):
+    monkeypatch.setattr(engine_bench, "SETTLE_S", 0.0)
+    log: list[str] = []
+    said: list[str] = []
+    runs = _bracket_both_ways(log, said)
     assert log == ["E", "F", "E", "W"]
     assert said == ["in process", "fedleak engine", "in process", "flower engine"]
     assert runs == {"essential": ["e", "e"], "fedleak": ["s"], "flower": ["s"]}
+
+
+def test_the_cpu_probe_runs_around_fedleaks_in_process_runs_only(monkeypatch):
+    monkeypatch.setattr(engine_bench, "SETTLE_S", 0.0)
+    log: list[str] = []
+    said: list[str] = []
+
+    def probe() -> dict[str, Any]:
+        log.append("P")
+        return {"pair_throughput": 0.5 + 0.25 * log.count("P")}
+
+    runs = _bracket_both_ways(log, said, probe)
+    assert log == ["P", "E", "F", "E", "P", "W"]
+    assert said[0] == said[4] == "two CPUs alone and at once"
+    assert runs["cpu_pairs"] == [{"pair_throughput": 0.75}, {"pair_throughput": 1.0}]
+
+
+def test_experiment_keeps_the_cpu_probes_and_their_throughputs():
+    probes = [{"pair_throughput": 0.98, "solo": [1, 2]}, {"pair_throughput": 0.74}]
+    runs = {
+        "essential": [_run([0.03, 0.04])] * 2,
+        "fedleak": [_run([0.04, 0.05], WOKEN)],
+        "flower": [_run([0.12, 0.22], POLLING)],
+        "cpu_pairs": probes,
+    }
+    out = _experiment(runs, actors=1)
+    assert out["cpu_pairs"] == probes
+    assert out["cpu_pair_throughput"] == [0.98, 0.74]
+    assert set(out["outcomes"]) == {"essential", "fedleak", "flower"}
+    del runs["cpu_pairs"]
+    assert _experiment(runs, actors=1)["cpu_pair_throughput"] == []
+
+
+def test_spread_line_ends_with_the_cpu_probes_where_there_are_some():
+    row = {
+        "fedleak_vs_essential_total": 1.0,
+        "flower_vs_fedleak_total": 4.0,
+        "fedleak_vs_essential_by_block": [1.0],
+        "flower_vs_fedleak_by_block": [4.0],
+        "flower": {"rounds_by_poll_steps": {"1": 1}},
+    }
+    plain = _spread_line("q", row)
+    assert plain.endswith("by poll steps 1: 100%")
+    row["cpu_pair_throughput"] = [0.981, None, 0.7449]
+    assert _spread_line("q", row) == (
+        plain + "; two CPUs at once ran at 0.98 / 0.74 of their speed alone"
+    )
 
 
 def test_spread_line_gives_the_sums_the_blocks_and_the_poll_split():

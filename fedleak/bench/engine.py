@@ -59,6 +59,15 @@ the peer's rounds waited one, two, ... polls (``rounds_by_poll_steps``).
 Flower's rounds fall into those steps: where about half the rounds take one
 more step, its median round flips between steps from block to block, and the
 sums say what the whole experiment costs.
+
+The machine's state goes into the record too: just before and just after
+each ``fedleak`` simulation's in-process runs, :mod:`fedleak.bench.cpu_pairs`
+runs a fixed loop on each of two CPUs alone and then on both at once
+(``cpu_pairs`` and ``cpu_pair_throughput`` of each experiment). The essential
+round's perfect split assumes two CPUs that do not slow each other
+(throughput 1.0); on a virtual machine whose two vCPUs share a core, or a
+busy host, each runs slower while the other works, the simulation's clients
+with them, and the essential round is then out of any engine's reach.
 """
 
 from __future__ import annotations
@@ -115,6 +124,7 @@ from fedleak.training import native_threads
 
 from .console import out as console
 from .console import say, written
+from .cpu_pairs import measure_cpu_pairs
 from .record import BenchRecord
 from .startup import measure_cli_startup
 
@@ -125,6 +135,7 @@ __all__ = [
     "secure_vector_app",
 ]
 
+WAYS = ("essential", "fedleak", "flower")
 COMPONENTS = ("wall_s", "wait_s", "client_compute_s", "evaluate_s", "server_s")
 SECURE_CLIENTS = 10
 SECURE_LENGTH = 10**5
@@ -475,9 +486,13 @@ def _by_block(a: dict[str, Any], b: dict[str, Any]) -> list[float]:
     ]
 
 
-def _experiment(
-    runs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]], actors: int
-) -> dict[str, Any]:
+def _experiment(runs: dict[str, list[Any]], actors: int) -> dict[str, Any]:
+    """Summarise one experiment's runs: each way's (timing, outcome) pairs.
+
+    ``runs`` may also hold ``cpu_pairs``: the probes of
+    :func:`fedleak.bench.cpu_pairs.measure_cpu_pairs` taken around the
+    ``fedleak`` simulations, kept in the record with their throughputs.
+    """
     per_block, left = divmod(len(runs["essential"]), len(runs["fedleak"]))
     if left or not per_block:
         raise ValueError(
@@ -490,7 +505,8 @@ def _experiment(
         for name in ("fedleak", "flower")
     }
     fedleak, flower = arms["fedleak"], arms["flower"]
-    outcomes = [o for name in runs for _, o in runs[name]]
+    outcomes = [o for name in WAYS for _, o in runs[name]]
+    probes = runs.get("cpu_pairs", [])
     return {
         "actors": actors,
         "essential": essential,
@@ -506,7 +522,9 @@ def _experiment(
         "fedleak_vs_essential_by_block": _by_block(fedleak, essential),
         "flower_vs_fedleak_by_block": _by_block(flower, fedleak),
         "same_results": len({o["digest"] for o in outcomes}) == 1,
-        "outcomes": {name: [o for _, o in runs[name]] for name in runs},
+        "outcomes": {name: [o for _, o in runs[name]] for name in WAYS},
+        "cpu_pairs": probes,
+        "cpu_pair_throughput": [p["pair_throughput"] for p in probes],
     }
 
 
@@ -631,6 +649,7 @@ def _run_blocks(
                     partial(_essential_quickstart, rounds, work, verbose),
                     partial(_simulate_quickstart, rounds, fast, verbose, work),
                     partial(say_step, f"{step}: quickstart"),
+                    measure_cpu_pairs,
                 )
             for fast in order:
                 _bracketed(
@@ -639,6 +658,7 @@ def _run_blocks(
                     partial(_essential_secure, secure_config, verbose),
                     partial(_simulate_secure, secure_config, fast, verbose),
                     partial(say_step, f"{step}: secure round"),
+                    measure_cpu_pairs,
                 )
     return quickstart, secure
 
@@ -649,6 +669,7 @@ def _bracketed(
     essential: Callable[[], Any],
     simulate: Callable[[], Any],
     say: Callable[[str], None],
+    probe: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Run one simulation; fedleak's between two in-process runs.
 
@@ -656,8 +677,12 @@ def _bracketed(
     in-process run lasts a few seconds: measured once per block, the
     essential round could fall in another state than the fedleak round it
     is set against. Measured just before and just after it, it spans the
-    same stretch of time.
+    same stretch of time. ``probe`` (if given) runs before the first and
+    after the last of the three; its results go to ``runs["cpu_pairs"]``.
     """
+    if fast and probe is not None:
+        say("two CPUs alone and at once")
+        runs.setdefault("cpu_pairs", []).append(probe())
     if fast:
         say("in process")
         runs["essential"].append(essential())
@@ -667,6 +692,9 @@ def _bracketed(
     if fast:
         say("in process")
         runs["essential"].append(essential())
+    if fast and probe is not None:
+        say("two CPUs alone and at once")
+        runs["cpu_pairs"].append(probe())
 
 
 def _spread_line(name: str, row: dict[str, Any]) -> str:
@@ -684,8 +712,16 @@ def _spread_line(name: str, row: dict[str, Any]) -> str:
         f"{row['flower_vs_fedleak_total']:.2f}x; by block fedleak / essential "
         f"{by_block('fedleak_vs_essential_by_block')}, Flower / fedleak "
         f"{by_block('flower_vs_fedleak_by_block')}; Flower's rounds by poll "
-        f"steps {split}"
+        f"steps {split}{_pairs_words(row.get('cpu_pair_throughput', []))}"
     )
+
+
+def _pairs_words(throughputs: list[float | None]) -> str:
+    """Return the CPU probes' throughputs, in order, as the end of a summary line."""
+    found = [f"{t:.2f}" for t in throughputs if t is not None]
+    if not found:
+        return ""
+    return f"; two CPUs at once ran at {' / '.join(found)} of their speed alone"
 
 
 def _name(fast: bool) -> str:
@@ -704,7 +740,7 @@ def command(
         int | None, typer.Option(help="Quickstart rounds per run (default 150).")
     ] = None,
     secure_rounds: Annotated[
-        int | None, typer.Option(help="Secure rounds per run (default 60).")
+        int | None, typer.Option(help="Secure rounds per run (default 150).")
     ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show Flower's and Ray's logs.")
