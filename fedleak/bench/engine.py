@@ -680,10 +680,8 @@ def _bracketed(
     same stretch of time. ``probe`` (if given) runs before the first and
     after the last of the three; its results go to ``runs["cpu_pairs"]``.
     """
-    if fast and probe is not None:
-        say("two CPUs alone and at once")
-        runs.setdefault("cpu_pairs", []).append(probe())
     if fast:
+        _probe_cpus(runs, probe, say)
         say("in process")
         runs["essential"].append(essential())
     say(f"{_name(fast)} engine")
@@ -692,9 +690,17 @@ def _bracketed(
     if fast:
         say("in process")
         runs["essential"].append(essential())
-    if fast and probe is not None:
+        _probe_cpus(runs, probe, say)
+
+
+def _probe_cpus(
+    runs: dict[str, list[Any]],
+    probe: Callable[[], dict[str, Any]] | None,
+    say: Callable[[str], None],
+) -> None:
+    if probe is not None:
         say("two CPUs alone and at once")
-        runs["cpu_pairs"].append(probe())
+        runs.setdefault("cpu_pairs", []).append(probe())
 
 
 def _spread_line(name: str, row: dict[str, Any]) -> str:
