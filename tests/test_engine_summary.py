@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import statistics
+from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from fedleak.bench import engine as engine_bench
-from fedleak.bench.engine import _experiment, _spread_line, rounds_by_poll_steps
+from fedleak.bench.engine import (
+    _experiment,
+    _spread_line,
+    contention_warning,
+    rounds_by_poll_steps,
+)
 
 POLLING = {"engine": "flower", "poll_interval": 0.1, "wake_ups": False}
 WOKEN = {"engine": "fedleak", "poll_interval": 0.002, "wake_ups": True}
@@ -253,3 +262,140 @@ def test_spread_line_gives_the_sums_the_blocks_and_the_poll_split():
         "4.00x; by block fedleak / essential 1.31x / 1.70x, Flower / fedleak "
         "5.14x / 2.85x; Flower's rounds by poll steps 1: 51%, 2: 49%"
     )
+
+
+def test_a_run_whose_cpus_slowed_each_other_is_flagged():
+    record = {
+        "quickstart": {"cpu_pair_throughput": [0.98, None, 0.85]},
+        "secure_round": {"cpu_pair_throughput": [0.86, 0.8449]},
+    }
+    assert contention_warning(record) == (
+        "warning: in 1 of 4 probes two CPUs at once ran at as little as 0.84 of "
+        "their speed alone: the simulation's clients slowed each other, so "
+        "fedleak / essential reads high; compare runs on a quiet machine"
+    )
+    record["secure_round"]["cpu_pair_throughput"] = [0.86, 0.85]
+    assert contention_warning(record) is None
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{}, {"quickstart": {}}, {"quickstart": {"cpu_pair_throughput": [None]}}],
+)
+def test_a_run_without_probes_is_not_flagged(record):
+    assert contention_warning(record) is None
+
+
+def _summarised(table: list[float], same: bool, probes: list[float]) -> dict[str, Any]:
+    essential, fedleak, flower, vs_essential, vs_fedleak = table
+    return {
+        "essential": {"median_round_s": essential},
+        "fedleak": {"median_round_s": fedleak},
+        "flower": {"median_round_s": flower, "rounds_by_poll_steps": {"1": 3}},
+        "fedleak_vs_essential": vs_essential,
+        "flower_vs_fedleak": vs_fedleak,
+        "same_results": same,
+        "fedleak_vs_essential_total": 1.22,
+        "flower_vs_fedleak_total": 4.57,
+        "fedleak_vs_essential_by_block": [1.31],
+        "flower_vs_fedleak_by_block": [4.68],
+        "cpu_pair_throughput": probes,
+    }
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_HEADERS = (
+    "experiment | essential round (s) | fedleak engine (s) | Flower engine (s) | "
+    "fedleak / essential | Flower / fedleak | same numbers"
+)
+
+
+@pytest.mark.parametrize(("low", "flagged"), [(0.7, True), (0.95, False)])
+def test_the_command_prints_the_table_the_spread_and_a_contention_warning(
+    monkeypatch, tmp_path, low, flagged
+):
+    record = {
+        "quickstart": _summarised([0.0201, 0.0252, 0.1103, 1.27, 4.41], True, [1, low]),
+        "secure_round": _summarised([0.0199, 0.0273, 0.3094, 1.39, 11.3], False, []),
+        "cli_startup": {
+            "repeats": 5,
+            "fedleak_help": {"median_s": 0.16},
+            "flwr_help": {"median_s": 0.81},
+        },
+    }
+    asked: dict[str, Any] = {}
+    wrote: list[Path] = []
+
+    def bench(out, **options):
+        asked.update(options, out=out)
+        return record
+
+    def terminal(file: StringIO) -> Console:
+        return Console(
+            file=file, width=300, force_terminal=True, color_system="standard"
+        )
+
+    stdout, stderr = StringIO(), StringIO()
+    monkeypatch.setattr(engine_bench, "run_engine_bench", bench)
+    monkeypatch.setattr(engine_bench, "console", terminal(stdout))
+    monkeypatch.setattr(engine_bench, "err", terminal(stderr))
+    monkeypatch.setattr(engine_bench, "written", wrote.append)
+    out = tmp_path / "e.json"
+    engine_bench.command(out=out, quick=True, rounds=7, secure_rounds=5, verbose=True)
+    assert asked == {
+        "out": out,
+        "quick": True,
+        "rounds": 7,
+        "secure_rounds": 5,
+        "verbose": True,
+        "progress": engine_bench.say,
+    }
+    assert wrote == [out]
+    printed = stdout.getvalue()
+    plain = _ANSI.sub("", printed).splitlines()
+    header = next(line for line in plain if "experiment" in line)
+    assert " | ".join(cell.strip() for cell in header.strip("┃").split("┃")) == _HEADERS
+    rows = {line.split()[1]: line for line in plain if "x " in line and "┃" not in line}
+    quick_row = [c.strip() for c in rows["quickstart"].strip("│ ").split("│")]
+    assert quick_row == [
+        "quickstart",
+        "0.0201",
+        "0.0252",
+        "0.1103",
+        "1.27x",
+        "4.41x",
+        "True",
+    ]
+    secure_row = [c.strip() for c in rows["secure_round"].strip("│ ").split("│")]
+    assert secure_row[1:] == ["0.0199", "0.0273", "0.3094", "1.39x", "11.30x", "False"]
+    # the lines are printed without highlighting: verbatim in the terminal's output
+    assert _spread_line("quickstart", record["quickstart"]) in printed
+    assert _spread_line("secure_round", record["secure_round"]) in printed
+    assert (
+        "CLI start-up (median of 5): fedleak_help 0.16 s, flwr_help 0.81 s\n" in printed
+    )
+    warning = contention_warning(record)
+    assert (warning is not None) is flagged
+    if flagged:
+        assert f"\x1b[33m{warning}\x1b[0m" in stderr.getvalue()
+    else:
+        assert stderr.getvalue() == ""
+
+
+def test_the_command_runs_a_full_bench_by_default(monkeypatch, tmp_path):
+    asked: dict[str, Any] = {}
+
+    def bench(out, **options):
+        asked.update(options)
+        raise KeyboardInterrupt  # stop before anything is printed
+
+    monkeypatch.setattr(engine_bench, "run_engine_bench", bench)
+    with pytest.raises(KeyboardInterrupt):
+        engine_bench.command(out=tmp_path / "e.json")
+    assert asked == {
+        "quick": False,
+        "rounds": None,
+        "secure_rounds": None,
+        "verbose": False,
+        "progress": engine_bench.say,
+    }

@@ -122,15 +122,17 @@ from fedleak.runtime.logs import quiet_flower
 from fedleak.strategies import SecureAggregation
 from fedleak.training import native_threads
 
+from .console import err, say, written
 from .console import out as console
-from .console import say, written
 from .cpu_pairs import measure_cpu_pairs
 from .record import BenchRecord
 from .startup import measure_cli_startup
 
 __all__ = [
+    "CONTENDED_BELOW",
     "InProcessGrid",
     "command",
+    "contention_warning",
     "run_engine_bench",
     "secure_vector_app",
 ]
@@ -140,6 +142,9 @@ COMPONENTS = ("wall_s", "wait_s", "client_compute_s", "evaluate_s", "server_s")
 SECURE_CLIENTS = 10
 SECURE_LENGTH = 10**5
 _VECTOR = "w"
+CONTENDED_BELOW = 0.85
+"""A CPU probe's ``pair_throughput`` below which the run is flagged as taken
+while the machine's CPUs slowed each other (:func:`contention_warning`)."""
 SETTLE_S = 3.0
 """Pause after each simulation: Ray's processes take a few seconds to exit,
 and the next measurement would share the CPUs with them."""
@@ -730,6 +735,30 @@ def _pairs_words(throughputs: list[float | None]) -> str:
     return f"; two CPUs at once ran at {' / '.join(found)} of their speed alone"
 
 
+def contention_warning(record: dict[str, Any]) -> str | None:
+    """Return a warning where a CPU probe of the run found the CPUs slowing each other.
+
+    Below :data:`CONTENDED_BELOW` (two CPUs at once giving less than 0.85 of
+    their speed alone) the simulation's clients slow each other while the
+    in-process way computes on one CPU, so ``fedleak / essential`` reads
+    high; ``None`` where every probe stayed above it or none ran.
+    """
+    found = [
+        t
+        for name in ("quickstart", "secure_round")
+        for t in record.get(name, {}).get("cpu_pair_throughput", [])
+        if t is not None
+    ]
+    if not found or min(found) >= CONTENDED_BELOW:
+        return None
+    return (
+        f"warning: in {sum(t < CONTENDED_BELOW for t in found)} of {len(found)} "
+        f"probes two CPUs at once ran at as little as {min(found):.2f} of their "
+        "speed alone: the simulation's clients slowed each other, so fedleak / "
+        "essential reads high; compare runs on a quiet machine"
+    )
+
+
 def _name(fast: bool) -> str:
     return "fedleak" if fast else "flower"
 
@@ -784,6 +813,9 @@ def command(
     console.print(table)
     for name in ("quickstart", "secure_round"):
         console.print(_spread_line(name, record[name]), highlight=False)
+    warning = contention_warning(record)
+    if warning:
+        err.print(warning, style="yellow", highlight=False)
     startup = record["cli_startup"]
     console.print(
         "CLI start-up (median of 5): "
