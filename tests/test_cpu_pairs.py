@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -114,3 +115,24 @@ def test_the_real_probe_counts_passes_on_two_cpus() -> None:
     assert len(found["solo"]) == len(found["pair"]) == 2
     assert all(n > 0 for n in found["solo"] + found["pair"])
     assert 0.0 < found["pair_throughput"] < 2.0
+
+
+def test_a_failed_probe_leaves_no_other_probe_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    real = subprocess.Popen
+
+    def popen(argv: list[str], **options: object) -> subprocess.Popen[bytes]:
+        cpu = int(argv[3])
+        # the first probe fails at once, the second would spin for minutes
+        code = "import sys; sys.exit(4)" if cpu == 0 else "import time; time.sleep(300)"
+        child = real([argv[0], "-c", code], **options)  # type: ignore[call-overload]
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(RuntimeError, match="status 4"):
+        cpu_pairs._count([0, 1], 0.01)
+    assert len(started) == 2
+    assert all(child.poll() is not None for child in started)

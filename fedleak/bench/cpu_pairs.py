@@ -61,11 +61,19 @@ def _count(cpus: Sequence[int], window_s: float) -> list[int]:
         for cpu in cpus
     ]
     counts = []
-    for child in children:
-        out, _ = child.communicate(timeout=window_s + 60)
-        if child.returncode != 0:
-            raise RuntimeError(f"the CPU probe exited with status {child.returncode}")
-        counts.append(int(out))  # int() reads the ASCII digits of bytes
+    try:
+        for child in children:
+            out, _ = child.communicate(timeout=window_s + 60)
+            if child.returncode != 0:
+                raise RuntimeError(
+                    f"the CPU probe exited with status {child.returncode}"
+                )
+            counts.append(int(out))  # int() reads the ASCII digits of bytes
+    finally:  # a failed or interrupted probe leaves no process spinning
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return counts
 
 
